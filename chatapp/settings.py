@@ -1,0 +1,138 @@
+"""Settings for the chat app: one module, driven by environment variables with local-dev defaults.
+
+Every variable has a default that works on a fresh machine (SQLite, in-memory channel layer, the
+offline model). Bad values raise ImproperlyConfigured at start-up rather than failing later.
+"""
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+
+def _env(parse, name, default):
+    """Read one variable, turning a parse failure into a message that names it."""
+    try:
+        return parse(name, default=default)
+    except (ValueError, TypeError, environ.ImproperlyConfigured) as exc:
+        raise ImproperlyConfigured(f"Environment variable {name} has an invalid value: {exc}") from exc
+
+
+DEBUG = _env(env.bool, "DEBUG", True)
+SECRET_KEY = _env(env.str, "SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+    SECRET_KEY = "dev-only-insecure-key-change-me"
+ALLOWED_HOSTS = _env(env.list, "ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "channels",
+    "django_htmx",
+    "sessions_core",
+    "chatapp",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "chatapp.urls"
+ASGI_APPLICATION = "chatapp.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+try:
+    DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+except (ValueError, KeyError, environ.ImproperlyConfigured) as exc:
+    raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from exc
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # IMMEDIATE transactions take the write lock up front, so two writers queue instead of
+    # deadlocking on a lock upgrade; the timeout is how long a writer waits for its turn.
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test_db.sqlite3")}
+else:
+    DATABASES["default"].setdefault("TEST", {"NAME": "test_" + DATABASES["default"]["NAME"]})
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = _env(env.str, "REDIS_URL", "")
+if REDIS_URL:
+    if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+        raise ImproperlyConfigured("REDIS_URL must start with redis://, rediss:// or unix://")
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# The model. With no OpenAI settings the built-in offline demo model answers.
+OPENAI_API_KEY = _env(env.str, "OPENAI_API_KEY", "")
+OPENAI_BASE_URL = _env(env.str, "OPENAI_BASE_URL", "")
+OPENAI_MODEL = _env(env.str, "OPENAI_MODEL", "")
+OPENAI_TIMEOUT = _env(env.float, "OPENAI_TIMEOUT", 60.0)
+OPENAI_MAX_RETRIES = _env(env.int, "OPENAI_MAX_RETRIES", 2)
+if OPENAI_BASE_URL and not OPENAI_BASE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured("OPENAI_BASE_URL must be an http:// or https:// URL")
+if OPENAI_TIMEOUT <= 0:
+    raise ImproperlyConfigured("OPENAI_TIMEOUT must be a positive number of seconds")
+# Seconds between the offline model's streamed words (0 in tests; a little in the demo so streaming is visible).
+OFFLINE_MODEL_DELAY = _env(env.float, "OFFLINE_MODEL_DELAY", 0.02)
+
+# Longest message a user may send, in characters.
+CHAT_MAX_MESSAGE_CHARS = _env(env.int, "CHAT_MAX_MESSAGE_CHARS", 20_000)
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = _env(env.str, "TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"sessions_core": {"handlers": ["console"], "level": _env(env.str, "LOG_LEVEL", "WARNING")}},
+}

@@ -1,0 +1,19 @@
+# Sourced by scripts/run and scripts/test: make .venv match requirements.lock.
+# uv installs the locked set in seconds; plain pip is the fallback when uv cannot be fetched.
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$(pwd)
+# This machine sets PYTHONDONTWRITEBYTECODE; uv does not compile at install, so every run would
+# recompile every import without .pyc files.
+unset PYTHONDONTWRITEBYTECODE
+PYTHON=${PYTHON:-$(command -v python3)}
+if [ ! -x "$ROOT/.ci-tools/bin/uv" ]; then
+  "$PYTHON" -m pip install -q --disable-pip-version-check --target "$ROOT/.ci-tools" uv >/dev/null 2>&1 || true
+fi
+if [ -x "$ROOT/.ci-tools/bin/uv" ]; then
+  [ -x "$ROOT/.venv/bin/python" ] || "$ROOT/.ci-tools/bin/uv" venv -q -p "$PYTHON" "$ROOT/.venv"
+  "$ROOT/.ci-tools/bin/uv" pip install -q -p "$ROOT/.venv/bin/python" -r "$ROOT/requirements.lock"
+else
+  [ -x "$ROOT/.venv/bin/python" ] || "$PYTHON" -m venv "$ROOT/.venv"
+  "$ROOT/.venv/bin/pip" install -q -r "$ROOT/requirements.lock"
+fi
+VPY="$ROOT/.venv/bin/python"

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SessionsCoreConfig(AppConfig):
+    name = "sessions_core"
+    verbose_name = "Sessions"

@@ -1,0 +1,23 @@
+class SessionError(Exception):
+    """Base class for errors about a session as a whole."""
+
+
+class SessionIdNotSetError(SessionError):
+    def __init__(self):
+        super().__init__("Session ID is not set")
+
+
+class SessionNotFoundError(SessionError):
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+        super().__init__(f"Session not found: {session_id}")
+
+
+class SessionOwnershipError(SessionError):
+    """The session belongs to someone else (or to no one, or the caller is anonymous and it has an owner)."""
+
+    def __init__(self, session_id: str, user_id: str | None):
+        self.session_id = session_id
+        self.user_id = user_id
+        who = f"user {user_id!r}" if user_id else "an anonymous caller"
+        super().__init__(f"Session {session_id!r} does not belong to {who}; nothing was read or written.")

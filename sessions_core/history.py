@@ -1,0 +1,101 @@
+"""Reading earlier messages of a session: bounded queries whose cost does not grow with its length."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+
+from .models import Message, Role, Run, RunStatus
+
+
+@dataclass
+class ChatMessage:
+    """One message as the engine hands it out (RunOutput.messages, get_chat_history, ...)."""
+
+    role: str
+    content: str | None = ""
+    tool_calls: list | None = None
+    tool_call_id: str = ""
+    tool_name: str = ""
+    tool_error: bool = False
+    from_history: bool = False
+    seq: int | None = None
+    run_id: str = ""
+    created_at: datetime.datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: Message, from_history: bool = False) -> ChatMessage:
+        return cls(
+            role=row.role, content=row.content, tool_calls=row.tool_calls, tool_call_id=row.tool_call_id,
+            tool_name=row.tool_name, tool_error=row.tool_error, from_history=from_history, seq=row.seq,
+            created_at=row.created_at,
+        )
+
+    def to_wire(self) -> dict:
+        """The OpenAI chat format."""
+        if self.role == Role.TOOL:
+            return {"role": "tool", "tool_call_id": self.tool_call_id, "content": self.content or ""}
+        message = {"role": self.role, "content": self.content or None}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": call["id"], "type": "function", "function": {"name": call["name"], "arguments": call["arguments"]}}
+                for call in self.tool_calls
+            ]
+        elif message["content"] is None:
+            message["content"] = ""
+        return message
+
+
+_HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
+
+
+def history(session_pk: int, alias: str, num_runs: int | None, num_messages: int | None) -> list[ChatMessage]:
+    """What an earlier part of the session contributes to the next request: one query.
+
+    The last `num_runs` completed top-level runs, or the last `num_messages` of their messages
+    (leading tool results dropped so none is orphaned). System messages are never replayed.
+    """
+    if num_runs is not None:
+        if num_runs <= 0:
+            return []
+        run_ids = (
+            Run.objects.using(alias)
+            .filter(session_id=session_pk, status=RunStatus.COMPLETED, parent_run__isnull=True)
+            .order_by("-id").values("id")[:num_runs]
+        )
+        rows = (
+            Message.objects.using(alias).filter(run_id__in=run_ids).exclude(role=Role.SYSTEM)
+            .order_by("seq").only(*_HISTORY_FIELDS)
+        )
+        return [ChatMessage.from_row(row, from_history=True) for row in rows]
+    if not num_messages or num_messages <= 0:
+        return []
+    rows = list(
+        Message.objects.using(alias)
+        .filter(session_id=session_pk, run__status=RunStatus.COMPLETED, run__parent_run__isnull=True)
+        .exclude(role=Role.SYSTEM).order_by("-seq").only(*_HISTORY_FIELDS)[:num_messages]
+    )
+    rows.reverse()
+    while rows and rows[0].role == Role.TOOL:
+        rows.pop(0)
+    return [ChatMessage.from_row(row, from_history=True) for row in rows]
+
+
+def chat_history(session_pk: int, alias: str, last_n_runs: int | None = None) -> list[ChatMessage]:
+    """User and assistant messages of the session's runs of every status, oldest first."""
+    messages = Message.objects.using(alias).filter(
+        session_id=session_pk, role__in=(Role.USER, Role.ASSISTANT), run__parent_run__isnull=True
+    )
+    if last_n_runs is not None:
+        run_ids = (
+            Run.objects.using(alias).filter(session_id=session_pk, parent_run__isnull=True)
+            .order_by("-id").values("id")[: max(last_n_runs, 0)]
+        )
+        messages = messages.filter(run_id__in=run_ids)
+    rows = messages.select_related("run").only(*_HISTORY_FIELDS, "run__run_id").order_by("seq")
+    return [_with_run_id(ChatMessage.from_row(row), row.run.run_id) for row in rows]
+
+
+def _with_run_id(message: ChatMessage, run_id: str) -> ChatMessage:
+    message.run_id = run_id
+    return message

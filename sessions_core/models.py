@@ -1,0 +1,191 @@
+"""Storage for sessions: one row per session, run, message and state change.
+
+Nothing grows per run except new rows. History is read from earlier Message rows (never copied),
+and the state as of any version is rebuilt from StateChange rows, so no row is rewritten with a
+growing JSON blob on every turn.
+"""
+
+import uuid
+
+import jsonpatch
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class SessionKind(models.TextChoices):
+    AGENT = "agent"
+    TEAM = "team"
+    WORKFLOW = "workflow"
+
+
+class NameSource(models.TextChoices):
+    NONE = "", "none"
+    FALLBACK = "fallback"
+    AUTO = "auto"
+    USER = "user"
+
+
+class ChatSessionQuerySet(models.QuerySet):
+    def for_user(self, user):
+        """The one owner-scoped entry point: sessions of `user` (None means ownerless sessions)."""
+        if user is None or not getattr(user, "is_authenticated", True):
+            return self.filter(owner__isnull=True) if user is None else self.none()
+        return self.filter(owner=user)
+
+    def alive(self):
+        return self.filter(deleted_at__isnull=True)
+
+    def trashed(self):
+        return self.filter(deleted_at__isnull=False)
+
+    def for_sidebar(self):
+        """Only what a list row needs: never the state, summary or messages."""
+        return self.only(
+            "id", "session_id", "owner_id", "kind", "component_id", "name", "name_source",
+            "created_at", "last_activity_at", "pinned_at", "deleted_at", "lease_expires_at",
+        ).order_by("-last_activity_at", "-id")
+
+
+class ChatSession(models.Model):
+    session_id = models.CharField(max_length=128, unique=True, default=new_id)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="chat_sessions"
+    )
+    kind = models.CharField(max_length=16, choices=SessionKind.choices, default=SessionKind.AGENT)
+    component_id = models.CharField(max_length=128, blank=True, help_text="Which agent, team or workflow.")
+    name = models.CharField(max_length=200, blank=True)
+    name_source = models.CharField(max_length=16, choices=NameSource.choices, blank=True, default=NameSource.NONE)
+    session_state = models.JSONField(default=dict, blank=True)
+    state_version = models.PositiveIntegerField(default=0)
+    summary = models.JSONField(null=True, blank=True, help_text="Session summary: text, topics, updated_at.")
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_activity_at = models.DateTimeField(default=timezone.now)
+    pinned_at = models.DateTimeField(null=True, blank=True)
+    archived_at = models.DateTimeField(null=True, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    # The run lease: runs on one session take turns. A lease that is not renewed expires, so a dead
+    # process never blocks its session.
+    lease_token = models.CharField(max_length=64, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    last_seq = models.BigIntegerField(default=0, help_text="Highest Message.seq in this session.")
+
+    objects = ChatSessionQuerySet.as_manager()
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["owner", "deleted_at", "-last_activity_at", "-id"], name="session_sidebar_idx"
+            ),
+            models.Index(fields=["owner", "component_id", "-last_activity_at"], name="session_component_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.session_id
+
+    @property
+    def is_running(self) -> bool:
+        return bool(self.lease_expires_at and self.lease_expires_at > timezone.now())
+
+    def state_at(self, version: int) -> dict:
+        """The state as it was at `version`, rebuilt by undoing later changes."""
+        if not 0 <= version <= self.state_version:
+            raise ValueError(f"Version {version} does not exist (latest is {self.state_version}).")
+        state = self.session_state
+        changes = self.state_changes.filter(version__gt=version).order_by("-version")
+        for change in changes.only("inverse"):
+            state = jsonpatch.apply_patch(state, change.inverse)
+        return state
+
+
+class RunStatus(models.TextChoices):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+
+class Run(models.Model):
+    run_id = models.CharField(max_length=64, unique=True, default=new_id)
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="runs")
+    parent_run = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    component_id = models.CharField(max_length=128, blank=True)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
+    input = models.TextField(blank=True)
+    content = models.TextField(blank=True, help_text="The reply; while running, the text so far.")
+    content_type = models.CharField(max_length=64, default="str")
+    error = models.TextField(blank=True)
+    model_id = models.CharField(max_length=128, blank=True)
+    metrics = models.JSONField(default=dict, blank=True)
+    state_version = models.PositiveIntegerField(null=True, blank=True, help_text="State version at the end.")
+    history_seqs = models.JSONField(
+        null=True, blank=True, help_text="Seqs of earlier messages sent as history (store_history_messages)."
+    )
+    cancel_requested = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "status", "-id"], name="run_history_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status != RunStatus.RUNNING
+
+
+class Role(models.TextChoices):
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class Message(models.Model):
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="messages")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    seq = models.BigIntegerField()
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True)
+    tool_calls = models.JSONField(null=True, blank=True, help_text="Assistant: [{id, name, arguments}].")
+    tool_call_id = models.CharField(max_length=128, blank=True)
+    tool_name = models.CharField(max_length=128, blank=True)
+    tool_error = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "seq"], name="message_session_seq_uniq")]
+        indexes = [models.Index(fields=["run", "seq"], name="message_run_idx")]
+        ordering = ["seq"]
+
+    def __str__(self) -> str:
+        return f"{self.role} #{self.seq}"
+
+
+class StateChange(models.Model):
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="state_changes")
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="state_changes")
+    version = models.PositiveIntegerField()
+    patch = models.JSONField(help_text="RFC 6902 JSON Patch from the previous version to this one.")
+    inverse = models.JSONField(help_text="RFC 6902 JSON Patch back to the previous version.")
+    source = models.CharField(max_length=128, help_text="tool:<name>, agentic, run_input, defaults, manual, admin.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "version"], name="statechange_session_version_uniq"),
+            models.CheckConstraint(condition=~Q(version=0), name="statechange_version_positive"),
+        ]
+        ordering = ["version"]
+
+    def __str__(self) -> str:
+        return f"v{self.version} by {self.source}"

@@ -1,0 +1,618 @@
+"""One run, step by step: resolve, take the lease, merge state, build the request, stream the model,
+run tools, persist, emit. See DESIGN.md "One run".
+
+All database work happens in three kinds of short blocking calls (start, checkpoint, finish) made
+through `bridge.call_sync`, so a run costs a fixed number of queries however long its session is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
+from django.db import transaction
+from django.utils import timezone
+
+from . import history as history_module
+from . import state as state_module
+from .bridge import call_sync
+from .errors import SessionOwnershipError
+from .events import (
+    BaseRunEvent,
+    RunCancelledEvent,
+    RunCompletedEvent,
+    RunContentEvent,
+    RunErrorEvent,
+    RunStartedEvent,
+    StateChangedEvent,
+    ToolCallCompletedEvent,
+    ToolCallStartedEvent,
+    ToolExecution,
+)
+from .history import ChatMessage
+from .llm import ModelError
+from .models import ChatSession, Message, Role, Run, RunStatus, StateChange
+from .tools import RunContext, call_tool, result_text, timed
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+logger = logging.getLogger("sessions_core")
+
+LEASE_SECONDS = 30
+HEARTBEAT_SECONDS = 10
+CHECKPOINT_SECONDS = 1.0
+MAX_MODEL_CALLS = 25
+SESSION_ID_MAX = 128
+
+
+@dataclass
+class RunOutput:
+    run_id: str
+    session_id: str
+    user_id: str | None = None
+    agent_id: str = ""
+    agent_name: str = ""
+    content: Any = None
+    content_type: str = "str"
+    status: str = RunStatus.RUNNING
+    error: str = ""
+    messages: list[ChatMessage] = field(default_factory=list)
+    tools: list[ToolExecution] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+    session_state: dict = field(default_factory=dict)
+    state_version: int = 0
+    model: str = ""
+    model_provider: str = ""
+
+
+# Runs of this process that were asked to stop: checked between streamed chunks. Other processes
+# see the request through Run.cancel_requested at their next checkpoint.
+_cancel_requested: set[str] = set()
+_running: set[str] = set()
+_registry_lock = threading.Lock()
+
+
+def request_cancel(run_id: str) -> bool:
+    with _registry_lock:
+        _cancel_requested.add(run_id)
+        return run_id in _running
+
+
+class _Cancelled(Exception):
+    pass
+
+
+# Runs waiting for a session's lease in this process are woken as soon as it is released; runs
+# waiting on another process's lease poll with a short back-off.
+_lease_waiters: dict[int, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
+
+
+def _notify_lease_released(session_pk: int) -> None:
+    with _registry_lock:
+        waiters = _lease_waiters.pop(session_pk, [])
+    for loop, event in waiters:
+        try:
+            loop.call_soon_threadsafe(event.set)
+        except RuntimeError:  # that loop has closed
+            pass
+
+
+async def _wait_for_lease(session_pk: int, timeout: float) -> None:
+    event = asyncio.Event()
+    with _registry_lock:
+        _lease_waiters.setdefault(session_pk, []).append((asyncio.get_running_loop(), event))
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except TimeoutError:
+        pass
+
+
+def resolve_user(user_id, alias: str, create: bool = True):
+    """A user id string names the Django user with that username, created on first use by a run.
+
+    Readers pass create=False: an unknown name gets an unsaved user that owns nothing.
+    """
+    if user_id is None or user_id == "":
+        return None
+    if hasattr(user_id, "pk") and hasattr(user_id, "get_username"):
+        return user_id if user_id.is_authenticated else None
+    User = get_user_model()
+    lookup = {User.USERNAME_FIELD: str(user_id)}
+    if not create:
+        return User.objects.db_manager(alias).filter(**lookup).first() or User(**lookup)
+    user, _ = User.objects.db_manager(alias).get_or_create(**lookup, defaults={"password": make_password(None)})
+    return user
+
+
+def user_label(user) -> str | None:
+    """The user id a run reports: the username for a User, the string itself otherwise."""
+    if user is None or user == "":
+        return None
+    return user.get_username() if hasattr(user, "get_username") else str(user)
+
+
+def validate_session_id(session_id: str) -> str:
+    session_id = str(session_id)
+    if not session_id or len(session_id) > SESSION_ID_MAX or not session_id.isprintable():
+        raise ValueError(f"A session id must be 1 to {SESSION_ID_MAX} printable characters.")
+    return session_id
+
+
+def load_owned_session(session_id: str, user, alias: str, *, lock: bool = False, fields=None) -> ChatSession | None:
+    """The session if it exists and belongs to `user` (None: ownerless); raises SessionOwnershipError otherwise."""
+    queryset = ChatSession.objects.using(alias).filter(session_id=session_id)
+    if lock:
+        queryset = queryset.select_for_update()
+    if fields:
+        queryset = queryset.only(*fields)
+    session = queryset.first()
+    owner_pk = user.pk if user is not None else None
+    if session is not None and (session.owner_id != owner_pk or (user is not None and owner_pk is None)):
+        raise SessionOwnershipError(session_id, user_label(user))
+    return session
+
+
+@dataclass
+class _Start:
+    """What the start step hands back to the run loop."""
+
+    busy: bool = False
+    session_pk: int = 0
+    run_pk: int = 0
+    base_version: int = 0
+    base_state: dict = field(default_factory=dict)  # stored JSON before this run
+    state: dict = field(default_factory=dict)  # merged working state, no injected keys
+    changes: list = field(default_factory=list)  # [(patch, inverse, source)] made by the merge
+    history: list[ChatMessage] = field(default_factory=list)
+    summary: dict | None = None
+    state_error: str = ""
+
+
+class RunLoop:
+    """One run of an agent. Create it, then iterate `events()`."""
+
+    def __init__(self, agent: Agent, input: str, *, session_id: str, user, session_state: dict | None,
+                 options: dict):
+        self.agent = agent
+        self.alias = agent.db_alias
+        self.input = "" if input is None else str(input)
+        self.session_id = session_id
+        self.user_ref = user  # a username, a User or None; resolved to a User in the start step
+        self.user = None
+        self.user_id = user_label(user)
+        self.run_state = session_state
+        self.options = options
+        self.model = agent.resolved_model()
+        self.run_id = str(uuid.uuid4())
+        self.lease_token = secrets.token_hex(16)
+        self.seq = 0
+        self.output = RunOutput(
+            run_id=self.run_id, session_id=session_id, user_id=self.user_id, agent_id=agent.id,
+            agent_name=agent.name or "", model=self.model.id, model_provider=self.model.provider,
+        )
+        self.changes: list[tuple[list, list, str]] = []
+        self.new_messages: list[ChatMessage] = []
+        self.content_parts: list[str] = []
+        self.current_reply: list[str] = []  # text of the model call in flight
+        self.checkpoint_due = 0.0
+        self.started = 0.0
+        self.finished = False
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def _event(self, cls, **kwargs) -> BaseRunEvent:
+        self.seq += 1
+        return cls(run_id=self.run_id, session_id=self.session_id, agent_id=self.agent.id,
+                   agent_name=self.agent.name or "", seq=self.seq, **kwargs)
+
+    async def events(self) -> AsyncIterator[BaseRunEvent]:
+        """Every event of the run, in Agno's order. The run's outcome ends up in `self.output`."""
+        start = await self._acquire()
+        self.start = start
+        self.started = time.perf_counter()
+        self.checkpoint_due = self.started + CHECKPOINT_SECONDS
+        self.working = {**start.state, **self._injected()}
+        with _registry_lock:
+            _running.add(self.run_id)
+        heartbeat = asyncio.ensure_future(self._heartbeat(start.session_pk))
+        try:
+            yield self._event(RunStartedEvent, model=self.model.id, model_provider=self.model.provider)
+            async with aclosing(self._body(start)) as body:
+                async for event in body:
+                    yield event
+        except (asyncio.CancelledError, GeneratorExit):
+            # The task was cancelled or the caller stopped listening: keep what there is, release the lease.
+            if not self.finished:
+                await asyncio.shield(self._finish(RunStatus.CANCELLED, ""))
+            raise
+        finally:
+            heartbeat.cancel()
+            with _registry_lock:
+                _running.discard(self.run_id)
+                _cancel_requested.discard(self.run_id)
+
+    async def _body(self, start: _Start) -> AsyncIterator[BaseRunEvent]:
+        status, error, error_type = RunStatus.COMPLETED, "", ""
+        try:
+            if start.state_error:
+                status, error, error_type = RunStatus.ERROR, start.state_error, "state_error"
+            else:
+                async with aclosing(self._model_loop()) as model_events:
+                    async for event in model_events:
+                        yield event
+        except state_module.StateNotJSONError as exc:
+            status, error, error_type = RunStatus.ERROR, str(exc), "state_error"
+        except ModelError as exc:
+            status, error, error_type = RunStatus.ERROR, str(exc), "model_provider_error"
+        except _Cancelled:
+            status = RunStatus.CANCELLED
+        except Exception as exc:  # a bug in a hook or in us: the run fails loudly and nothing is lost
+            logger.exception("Run %s in session %s failed", self.run_id, self.session_id)
+            status, error, error_type = RunStatus.ERROR, f"{type(exc).__name__}: {exc}", "internal_error"
+        await self._finish(status, error)
+        out = self.output
+        if status == RunStatus.ERROR:
+            yield self._event(RunErrorEvent, content=error, error_type=error_type)
+            return
+        if status == RunStatus.CANCELLED:
+            yield self._event(RunCancelledEvent, reason="Run cancelled", content=out.content or "")
+        yield self._event(
+            RunCompletedEvent, content=out.content, content_type=out.content_type, metrics=out.metrics,
+            session_state=out.session_state, state_version=out.state_version, status=out.status,
+        )
+
+    def _injected(self) -> dict:
+        injected = {"current_session_id": self.session_id, "current_run_id": self.run_id}
+        if self.user_id:
+            injected = {"current_user_id": self.user_id, **injected}
+        return injected
+
+    # -- start ------------------------------------------------------------------------------------
+
+    async def _acquire(self) -> _Start:
+        delay = 0.005
+        while True:
+            start = await call_sync(self._start_sync)
+            if not start.busy:
+                return start
+            await _wait_for_lease(start.session_pk, delay)
+            delay = min(delay * 2, 0.25)
+
+    def _start_sync(self) -> _Start:
+        agent, alias, now = self.agent, self.alias, timezone.now()
+        with transaction.atomic(using=alias):
+            self.user = resolve_user(self.user_ref, alias)
+            session = load_owned_session(self.session_id, self.user, alias, lock=True)
+            if session is None:
+                session = ChatSession.objects.using(alias).create(
+                    session_id=self.session_id, owner=self.user, kind=agent.kind, component_id=agent.id,
+                    metadata=agent.metadata or {}, created_at=now, last_activity_at=now,
+                )
+            elif session.lease_token and session.lease_expires_at and session.lease_expires_at > now:
+                return _Start(busy=True, session_pk=session.pk)
+            elif session.lease_token:
+                # The process that held the lease stopped renewing it: its run is over.
+                Run.objects.using(alias).filter(session=session, status=RunStatus.RUNNING).update(
+                    status=RunStatus.INTERRUPTED, finished_at=now,
+                    error="The process running this run stopped before it finished.",
+                )
+            start = _Start(session_pk=session.pk, base_version=session.state_version,
+                           base_state=session.session_state, summary=session.summary)
+            self._merge_state(start, session.session_state)
+            history = []
+            if self.options["add_history_to_context"]:
+                history = history_module.history(
+                    session.pk, alias, self.options["num_history_runs"], self.options["num_history_messages"]
+                )
+            start.history = history
+            run = Run.objects.using(alias).create(
+                run_id=self.run_id, session=session, component_id=agent.id, input=self.input,
+                model_id=self.model.id, created_at=now,
+                history_seqs=[m.seq for m in history] if self.options["store_history_messages"] else None,
+            )
+            start.run_pk = run.pk
+            system = self._system_message(start)
+            first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
+            first.append(ChatMessage(role=Role.USER, content=self.input))
+            session.last_seq = self._insert_messages(session, run, first, session.last_seq, now)
+            self.output.messages = first[:-1] + history + first[-1:]
+            session.lease_token = self.lease_token
+            session.lease_expires_at = now + timedelta(seconds=LEASE_SECONDS)
+            session.last_activity_at = now
+            session.save(update_fields=["lease_token", "lease_expires_at", "last_activity_at", "last_seq"])
+        return start
+
+    def _merge_state(self, start: _Start, stored: dict) -> None:
+        """defaults < stored < run-supplied, each step recorded as its own change."""
+        agent, opts = self.agent, self.options
+        try:
+            with_defaults = state_module.to_json(state_module.merge_state(agent.session_state, stored, None))
+            merged = state_module.to_json(state_module.merge_state(
+                agent.session_state, stored, self.run_state, overwrite=agent.overwrite_db_session_state
+            ))
+        except state_module.StateNotJSONError as exc:
+            start.state, start.state_error = dict(stored), str(exc)
+            return
+        merged = state_module.strip_injected(merged)
+        for before, after, source in ((stored, with_defaults, "defaults"), (with_defaults, merged, "run_input")):
+            if before != after:
+                start.changes.append((*state_module.diff(before, after), source))
+        start.state = merged
+
+    def _system_message(self, start: _Start) -> str:
+        agent = self.agent
+        state_for_templates = {**start.state, **self._injected()}
+        sources = (state_for_templates, self.options["dependencies"], self.options["metadata"],
+                   {"user_id": self.user_id} if self.user_id else {})
+        if agent.system_message is not None:
+            return state_module.render(str(agent.system_message), *sources) if agent.resolve_in_context else str(agent.system_message)
+        parts = []
+        if agent.description:
+            parts.append(agent.description)
+        instructions = agent.instructions
+        if callable(instructions):
+            instructions = instructions()
+        if isinstance(instructions, (list, tuple)):
+            instructions = [str(line) for line in instructions]
+            if len(instructions) == 1:
+                parts.append(instructions[0])
+            elif instructions:
+                parts.append("<instructions>\n" + "\n".join(f"- {line}" for line in instructions) + "\n</instructions>")
+        elif instructions:
+            parts.append(str(instructions))
+        if self.options["output_schema"] is None and agent.markdown:
+            parts.append("Use markdown to format your answers.")
+        text = "\n\n".join(parts)
+        if agent.resolve_in_context:
+            text = state_module.render(text, *sources)
+        if self.options["add_session_state_to_context"]:
+            block = json.dumps(state_for_templates, ensure_ascii=False, default=str)
+            text += f"\n\n<session_state>\n{block}\n</session_state>"
+        summary = start.summary or {}
+        if self.options["add_session_summary_to_context"] and summary.get("summary"):
+            text += (
+                "\n\nHere is a brief summary of your previous interactions:\n\n"
+                f"<summary_of_previous_interactions>\n{summary['summary']}\n</summary_of_previous_interactions>\n\n"
+                "Note: this information is from previous interactions and may be outdated. "
+                "You should ALWAYS prefer information from this conversation over the past summary."
+            )
+        return text.strip()
+
+    def _insert_messages(self, session: ChatSession, run: Run, messages: list[ChatMessage], last_seq: int, now) -> int:
+        rows = []
+        for message in messages:
+            last_seq += 1
+            message.seq, message.created_at, message.run_id = last_seq, now, self.run_id
+            rows.append(Message(
+                session=session, run=run, seq=last_seq, role=message.role, content=message.content or "",
+                tool_calls=message.tool_calls, tool_call_id=message.tool_call_id, tool_name=message.tool_name,
+                tool_error=message.tool_error, created_at=now,
+            ))
+        Message.objects.using(self.alias).bulk_create(rows)
+        return last_seq
+
+    # -- the model loop ---------------------------------------------------------------------------
+
+    async def _model_loop(self) -> AsyncIterator[BaseRunEvent]:
+        functions = self.agent.functions()
+        tools = [function.to_openai() for function in functions.values()] or None
+        wire = [message.to_wire() for message in self.output.messages]
+        response_format = self._response_format()
+        stream_events = self.options["stream_events"]
+        run_context = RunContext(
+            run_id=self.run_id, session_id=self.session_id, user_id=self.user_id, session_state=self.working,
+            dependencies=self.options["dependencies"], metadata=self.options["metadata"],
+        )
+        metrics = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}
+        self.output.metrics = metrics
+        for _ in range(MAX_MODEL_CALLS):
+            self._check_cancelled()
+            metrics["model_calls"] += 1
+            self.current_reply = reply_parts = []
+            final = None
+            stream = self.model.astream(wire, tools, response_format)
+            try:
+                async for chunk in stream:
+                    if chunk.content:
+                        if "time_to_first_token" not in metrics:
+                            metrics["time_to_first_token"] = round(time.perf_counter() - self.started, 6)
+                        reply_parts.append(chunk.content)
+                        self.content_parts.append(chunk.content)
+                        yield self._event(RunContentEvent, content=chunk.content)
+                        self._check_cancelled()
+                        if time.perf_counter() >= self.checkpoint_due:
+                            await self._checkpoint()
+                    if chunk.finish_reason is not None or chunk.tool_calls or chunk.usage:
+                        final = chunk
+            finally:
+                # Closing the stream closes the HTTP response: a stopped run stops the provider too.
+                await stream.aclose()
+            if final is not None and final.usage:
+                for key in ("input_tokens", "output_tokens", "total_tokens"):
+                    metrics[key] += final.usage.get(key, 0) or 0
+            calls = final.tool_calls if final is not None else []
+            reply = "".join(reply_parts)
+            self.current_reply = []
+            assistant = ChatMessage(role=Role.ASSISTANT, content=reply,
+                                    tool_calls=[call.as_dict() for call in calls] or None)
+            self.new_messages.append(assistant)
+            wire.append(assistant.to_wire())
+            if not calls:
+                self._set_content(reply)
+                return
+            for call in calls:
+                async for event in self._run_tool(call, functions, run_context, wire, stream_events):
+                    yield event
+            # A tool may rebind run_context.session_state to a new dict: that dict is the state now.
+            self.working = run_context.session_state
+        raise ModelError(f"The model kept calling tools after {MAX_MODEL_CALLS} requests; the run was stopped.")
+
+    def _response_format(self) -> dict | None:
+        schema = self.options["output_schema"]
+        if schema is None:
+            return None
+        return {"type": "json_schema", "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema()}}
+
+    def _set_content(self, reply: str) -> None:
+        schema = self.options["output_schema"]
+        if schema is None:
+            self.output.content = reply
+            return
+        try:
+            self.output.content = schema.model_validate_json(reply)
+        except pydantic.ValidationError as exc:
+            raise ModelError(f"The model's reply does not match {schema.__name__}: {exc.errors()[0]['msg']}") from exc
+        self.output.content_type = schema.__name__
+
+    async def _run_tool(self, call, functions, run_context, wire, stream_events) -> AsyncIterator[BaseRunEvent]:
+        execution = ToolExecution(tool_call_id=call.id, tool_name=call.name)
+        self.output.tools.append(execution)
+        function = functions.get(call.name)
+        try:
+            args = json.loads(call.arguments or "{}")
+            if not isinstance(args, dict):
+                raise ValueError("arguments must be a JSON object")
+        except ValueError as exc:
+            args, error = {}, f"Error: the arguments for {call.name} are not a valid JSON object ({exc})."
+        else:
+            error = None if function else f"Error: there is no tool named {call.name!r}."
+        execution.tool_args = args
+        if stream_events:
+            yield self._event(ToolCallStartedEvent, tool=ToolExecution(**{**execution.to_dict()}))
+        before = state_module.to_json(state_module.strip_injected(self.working))
+        elapsed = timed()
+        if error is None:
+            try:
+                result = await call_tool(function, args, run_context, self.agent, self.agent.tool_hooks or [])
+                execution.result = result_text(result)
+            except Exception as exc:  # a failing tool or hook is reported to the model, the run goes on
+                execution.result, execution.tool_call_error = f"Error: {type(exc).__name__}: {exc}", True
+        else:
+            execution.result, execution.tool_call_error = error, True
+        execution.metrics = {"duration": elapsed()}
+        self.new_messages.append(ChatMessage(role=Role.TOOL, content=execution.result, tool_call_id=call.id,
+                                             tool_name=call.name, tool_error=execution.tool_call_error))
+        wire.append(self.new_messages[-1].to_wire())
+        if stream_events:
+            yield self._event(ToolCallCompletedEvent, tool=ToolExecution(**execution.to_dict()),
+                              content=f"{call.name}() completed in {execution.metrics['duration']:.4f}s.")
+        after_state = run_context.session_state
+        after = state_module.to_json(state_module.strip_injected(after_state))  # raises on a non-JSON value
+        if after != before:
+            patch, inverse = state_module.diff(before, after)
+            agentic = call.name == "update_session_state" and self.agent.enable_agentic_state
+            source = "agentic" if agentic else f"tool:{call.name}"
+            self.changes.append((patch, inverse, source))
+            if stream_events:
+                yield self._event(StateChangedEvent, patch=patch, changed_keys=state_module.changed_keys(patch),
+                                  session_state=after, source=source)
+
+    def _check_cancelled(self) -> None:
+        if self.run_id in _cancel_requested:
+            raise _Cancelled()
+
+    async def _checkpoint(self) -> None:
+        """Save the text so far and hear about a stop requested from another process."""
+        self.checkpoint_due = time.perf_counter() + CHECKPOINT_SECONDS
+        partial = "".join(self.content_parts)
+
+        def save() -> bool:
+            runs = Run.objects.using(self.alias).filter(pk=self.start.run_pk)
+            runs.update(content=partial)
+            return runs.filter(cancel_requested=True).exists()
+
+        if await call_sync(save):
+            raise _Cancelled()
+
+    async def _heartbeat(self, session_pk: int) -> None:
+        def renew():
+            ChatSession.objects.using(self.alias).filter(pk=session_pk, lease_token=self.lease_token).update(
+                lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS)
+            )
+
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            await call_sync(renew)
+
+    # -- finish -----------------------------------------------------------------------------------
+
+    async def _finish(self, status: str, error: str) -> None:
+        self.finished = True
+        out = self.output
+        out.status, out.error = status, error
+        partial = "".join(self.current_reply)
+        if partial:  # the reply of a model call that was stopped or failed part-way
+            self.new_messages.append(ChatMessage(role=Role.ASSISTANT, content=partial))
+        if status == RunStatus.CANCELLED:
+            out.content = "".join(self.content_parts) or f"Run {self.run_id} was cancelled"
+        elif status == RunStatus.ERROR:
+            out.content = error
+        out.metrics["duration"] = round(time.perf_counter() - self.started, 6)
+        keep_state = status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
+        final_state = state_module.strip_injected(self.working) if keep_state else None
+        messages = self.new_messages
+        if not self.agent.store_tool_messages:
+            messages = [m for m in messages if m.role != Role.TOOL and not m.tool_calls]
+        out.session_state, out.state_version = await call_sync(self._finish_sync, status, error, final_state, messages)
+        out.messages.extend(self.new_messages)
+        _notify_lease_released(self.start.session_pk)
+
+    def _finish_sync(self, status, error, final_state, messages) -> tuple[dict, int]:
+        now, alias = timezone.now(), self.alias
+        with transaction.atomic(using=alias):
+            session = ChatSession.objects.using(alias).select_for_update().get(pk=self.start.session_pk)
+            changes = list(self.start.changes) + self.changes if final_state is not None else []
+            if final_state is not None:
+                final_json = state_module.to_json(final_state)
+                if session.state_version != self.start.base_version:
+                    # Someone changed the state during the run (a manual edit): replay our changes on theirs.
+                    final_json = self._rebase(session.session_state, changes)
+                version = session.state_version
+                rows = []
+                for patch, inverse, source in changes:
+                    version += 1
+                    rows.append(StateChange(session=session, run_id=self.start.run_pk, version=version,
+                                            patch=patch, inverse=inverse, source=source, created_at=now))
+                StateChange.objects.using(alias).bulk_create(rows)
+                session.session_state, session.state_version = final_json, version
+            run = Run(pk=self.start.run_pk, session=session)
+            session.last_seq = self._insert_messages(session, run, messages, session.last_seq, now)
+            content = self.output.content
+            if isinstance(content, pydantic.BaseModel):
+                content = content.model_dump_json()
+            Run.objects.using(alias).filter(pk=self.start.run_pk).update(
+                status=status, content=content if isinstance(content, str) else json.dumps(content, default=str),
+                content_type=self.output.content_type, error=error, metrics=self.output.metrics,
+                state_version=session.state_version, finished_at=now,
+            )
+            fields = ["session_state", "state_version", "last_seq", "last_activity_at"]
+            session.last_activity_at = now
+            if session.lease_token == self.lease_token:
+                session.lease_token, session.lease_expires_at = "", None
+                fields += ["lease_token", "lease_expires_at"]
+            session.save(update_fields=fields)
+        return session.session_state, session.state_version
+
+    @staticmethod
+    def _rebase(current: dict, changes: list) -> dict:
+        state = current
+        for patch, _inverse, source in changes:
+            try:
+                state = state_module.apply_patch(state, patch)
+            except Exception:  # jsonpatch conflicts: the later writer's value for those keys stands
+                logger.warning("State change from %s no longer applies after a concurrent edit", source)
+        return state

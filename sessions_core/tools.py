@@ -1,0 +1,232 @@
+"""Tools: plain Python functions (sync or async) offered to the model, and the hook chain around them.
+
+A tool's JSON schema comes from its signature, type hints and docstring. Parameters named
+`run_context`, `agent` or `team` are injected by the run and hidden from the schema.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import time
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic
+from asgiref.sync import async_to_sync
+
+from .bridge import call_sync
+
+INJECTED_PARAMS = ("run_context", "agent", "team")
+
+
+@dataclass
+class RunContext:
+    """What tools and hooks see of the run. `session_state` is the live, mutable state."""
+
+    run_id: str
+    session_id: str
+    user_id: str | None = None
+    session_state: dict = field(default_factory=dict)
+    dependencies: dict = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+
+
+class ToolError(Exception):
+    """Raise from a tool to report a failure to the model without failing the run."""
+
+
+@dataclass
+class Function:
+    name: str
+    description: str
+    parameters: dict
+    entrypoint: Callable
+    injected: tuple[str, ...] = ()
+
+    @classmethod
+    def from_callable(cls, fn: Callable, name: str | None = None, description: str | None = None) -> Function:
+        if isinstance(fn, Function):
+            return fn
+        doc_description, param_docs = _parse_docstring(inspect.getdoc(fn) or "")
+        signature = inspect.signature(fn)
+        hints = typing.get_type_hints(fn, include_extras=True)
+        fields, injected = {}, []
+        for param in signature.parameters.values():
+            if param.name in INJECTED_PARAMS:
+                injected.append(param.name)
+                continue
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            annotation = hints.get(param.name, Any)
+            default = ... if param.default is param.empty else param.default
+            fields[param.name] = (annotation, pydantic.Field(default, description=param_docs.get(param.name)))
+        schema = pydantic.create_model(f"{fn.__name__}_args", **fields).model_json_schema()
+        return cls(
+            name=name or fn.__name__,
+            description=description or doc_description,
+            parameters=_clean_schema(schema),
+            entrypoint=fn,
+            injected=tuple(injected),
+        )
+
+    def to_openai(self) -> dict:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+def tool(name: str | None = None, description: str | None = None):
+    """Decorator giving a tool another name or description than its function's."""
+
+    def wrap(fn: Callable) -> Function:
+        return Function.from_callable(fn, name=name, description=description)
+
+    return wrap
+
+
+class Toolkit:
+    """A named group of tools; subclasses may pass bound methods as `tools`."""
+
+    def __init__(self, name: str = "toolkit", tools: list[Callable] | None = None):
+        self.name = name
+        self.tools = list(tools or [])
+
+    def functions(self) -> list[Function]:
+        return [Function.from_callable(fn) for fn in self.tools]
+
+
+def collect_functions(tools) -> dict[str, Function]:
+    functions: dict[str, Function] = {}
+    for item in tools or []:
+        for function in item.functions() if isinstance(item, Toolkit) else [Function.from_callable(item)]:
+            if function.name in functions:
+                raise ValueError(f"Two tools are named {function.name!r}.")
+            functions[function.name] = function
+    return functions
+
+
+_ARGS_HEADER = re.compile(r"^\s*(Args|Arguments|Parameters)\s*:\s*$", re.IGNORECASE)
+_SECTION_HEADER = re.compile(r"^\s*(Returns|Raises|Yields|Examples?|Notes?)\s*:\s*$", re.IGNORECASE)
+_ARG_LINE = re.compile(r"^\s*(\w+)\s*(\([^)]*\))?\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """(description, {param: description}) from a Google-style docstring."""
+    description, params, current, section = [], {}, None, "description"
+    for line in doc.splitlines():
+        if _ARGS_HEADER.match(line):
+            section = "args"
+        elif _SECTION_HEADER.match(line):
+            section = "other"
+        elif section == "description":
+            description.append(line)
+        elif section == "args":
+            match = _ARG_LINE.match(line)
+            if match:
+                current = match.group(1)
+                params[current] = match.group(3).strip()
+            elif current and line.strip():
+                params[current] += " " + line.strip()
+    return "\n".join(description).strip(), params
+
+
+def _clean_schema(schema: dict) -> dict:
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+        if prop.get("description") is None:
+            prop.pop("description", None)
+    schema.setdefault("properties", {})
+    schema.setdefault("required", [])
+    return schema
+
+
+# Names a hook may declare, and what each receives.
+_HOOK_ALIASES = {
+    "name": "name", "function_name": "name",
+    "function": "next", "func": "next", "function_call": "next",
+    "args": "args", "arguments": "args",
+    "run_context": "run_context", "agent": "agent", "team": "team",
+}
+
+
+async def call_tool(function: Function, args: dict, run_context: RunContext, agent, hooks: list[Callable]) -> Any:
+    """Call `function` through `hooks` (the first is outermost). A hook that does not call its
+    `function_call` short-circuits the tool; whatever it returns is the result. Keyword arguments a
+    hook passes on replace the arguments (Agno ignores them; we honour them)."""
+    injected = {"run_context": run_context, "agent": agent, "team": None}
+
+    def tool_kwargs(call_args: dict) -> dict:
+        kwargs = {key: value for key, value in call_args.items() if key not in INJECTED_PARAMS}
+        kwargs.update({name: injected[name] for name in function.injected})
+        return kwargs
+
+    def level(index: int) -> tuple[Callable, bool]:
+        """The callable at depth `index` of the chain and whether it is async."""
+        if index == len(hooks):
+            fn = function.entrypoint
+            if inspect.iscoroutinefunction(fn):
+                return (lambda call_args: fn(**tool_kwargs(call_args))), True
+            return (lambda call_args: fn(**tool_kwargs(call_args))), False
+        hook = hooks[index]
+        accepted = inspect.signature(hook).parameters
+        is_async = inspect.iscoroutinefunction(hook)
+        inner, inner_async = level(index + 1)
+
+        def make_next(call_args: dict) -> Callable:
+            def bound_args(kwargs: dict) -> dict:
+                return kwargs if kwargs else call_args
+
+            if is_async:
+                async def next_async(**kwargs):
+                    result = inner(bound_args(kwargs))
+                    return await result if inner_async else result
+                if not inner_async:
+                    async def next_async(**kwargs):  # noqa: F811 - sync inner runs in a worker thread
+                        return await call_sync(inner, bound_args(kwargs))
+                return next_async
+
+            def next_sync(**kwargs):
+                if inner_async:
+                    return async_to_sync(inner)(bound_args(kwargs))
+                return inner(bound_args(kwargs))
+            return next_sync
+
+        def call(call_args: dict):
+            values = {"name": function.name, "next": make_next(call_args), "args": call_args, **injected}
+            return hook(**{param: values[_HOOK_ALIASES[param]] for param in accepted if param in _HOOK_ALIASES})
+
+        return call, is_async
+
+    outer, outer_async = level(0)
+    if outer_async:
+        return await outer(args)
+    return await call_sync(outer, args)
+
+
+def result_text(result: Any) -> str:
+    """What the model reads back from a tool."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, pydantic.BaseModel):
+        return result.model_dump_json()
+    if result is None:
+        return ""
+    try:
+        return json.dumps(result, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(result)
+
+
+def timed() -> Callable[[], float]:
+    start = time.perf_counter()
+    return lambda: round(time.perf_counter() - start, 6)
+
+
+def describe(arguments: Mapping) -> str:
+    return ", ".join(f"{key}={value!r}" for key, value in arguments.items())
