@@ -82,6 +82,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE transactions take the write lock up front, so two writers queue instead of
     # deadlocking on a lock upgrade; the timeout is how long a writer waits for its turn.
     DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
+    # A file, not memory, so a test server in another process (the browser tests) sees the same data.
+    (BASE_DIR / "var").mkdir(exist_ok=True)
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test_db.sqlite3")}
 else:
     DATABASES["default"].setdefault("TEST", {"NAME": "test_" + DATABASES["default"]["NAME"]})

@@ -399,8 +399,10 @@ class Agent:
         def save():
             with transaction.atomic(using=self.db_alias):
                 session = self._owned(session_id, user_id, lock=True)
-                session.name, session.name_source = session_name.strip()[:200], source
-                session.save(update_fields=["name", "name_source"])
+                # A generated title never replaces one the user chose (checked under the row lock).
+                if not (autogenerate and session.name_source == NameSource.USER):
+                    session.name, session.name_source = session_name.strip()[:200], source
+                    session.save(update_fields=["name", "name_source"])
                 session.owner  # noqa: B018
                 return self._session_view(session)
 

@@ -350,6 +350,7 @@ _LIST_WORD = re.compile(r"\blist\b", re.I)
 _WHERE = re.compile(r"\s+(?:to|from|on|off|onto)\s+(?:my|the)\s+(?:shopping\s+)?list\b.*$", re.I | re.S)
 _SEPARATORS = re.compile(r"\s*,\s*(?:and\s+)?|\s+and\s+|\s*&\s*", re.I)
 _ARTICLE = re.compile(r"^(?:some|a|an|the)\s+", re.I)
+_PLEASE = re.compile(r"[\s,]+please$", re.I)
 
 
 def _parse_request(text: str) -> _ListRequest | None:
@@ -370,19 +371,19 @@ def _parse_request(text: str) -> _ListRequest | None:
 
 def _items(text: str) -> list[str]:
     """'some milk, eggs and a loaf of bread to my list' -> ['milk', 'eggs', 'loaf of bread']."""
-    text = _WHERE.sub("", text.strip()).strip(" .!?")
+    text = _PLEASE.sub("", _WHERE.sub("", text.strip()).strip(" .!?"))
     items = (_ARTICLE.sub("", part.strip(" .!?")) for part in _SEPARATORS.split(text))
     return [item for item in items if item]
 
 
 @dataclass
 class _Toolbox:
-    """The tools the offline model knows how to drive, as (name, argument name) pairs."""
+    """The tools the offline model knows how to drive: names, or (name, argument name) pairs."""
 
     add: tuple[str, str] | None = None
     remove: tuple[str, str] | None = None
-    clear: tuple[str, None] | None = None
-    show: tuple[str, None] | None = None
+    clear: str | None = None
+    show: str | None = None
     update_state: tuple[str, str] | None = None
 
     @classmethod
@@ -399,13 +400,13 @@ class _Toolbox:
             if lowered == "update_session_state":
                 box.update_state = (name, "session_state_updates")
             elif "clear" in lowered:
-                box.clear = box.clear or (name, None)
+                box.clear = box.clear or name
             elif "add" in lowered and string_arg:
                 box.add = box.add or (name, string_arg)
             elif ("remove" in lowered or "delete" in lowered) and string_arg:
                 box.remove = box.remove or (name, string_arg)
             elif ("list" in lowered or "get" in lowered) and not required:
-                box.show = box.show or (name, None)
+                box.show = box.show or name
         return box
 
 
@@ -448,10 +449,10 @@ def _direct_calls(request: _ListRequest, box: _Toolbox) -> list[tuple[str, dict]
     needed = [(request.clear, box.clear), (request.remove, box.remove), (request.add, box.add), (request.show, box.show)]
     if any(wanted and not tool for wanted, tool in needed):
         return []
-    calls = [(box.clear[0], {})] if request.clear else []
+    calls = [(box.clear, {})] if request.clear else []
     calls += [(box.remove[0], {box.remove[1]: item}) for item in request.remove]
     calls += [(box.add[0], {box.add[1]: item}) for item in request.add]
-    calls += [(box.show[0], {})] if request.show else []
+    calls += [(box.show, {})] if request.show else []
     return calls
 
 
@@ -497,33 +498,31 @@ def _report_tool_results(messages: list[dict]) -> str:
     if turn is None:
         return "Done."
     results = {m.get("tool_call_id"): _text(m.get("content")) for m in messages[turn + 1 :] if m.get("role") == "tool"}
-    sentences, added, removed = [], [], []
+    cleared, removed, added, sentences, shown = [], [], [], [], []
     for call in messages[turn]["tool_calls"]:
         name = call["function"]["name"]
         arguments = _json_object(call["function"].get("arguments"))
         result = results.get(call.get("id"), "")
         lowered = name.lower()
         if result.lower().startswith("error"):
-            sentences.append(f"{name} failed: {result}")
+            sentences.append(f"{name} failed: {result.rstrip('.')}.")
         elif lowered == "update_session_state":
             updates = arguments.get("session_state_updates")
             items = updates.get("shopping_list") if isinstance(updates, dict) else None
             sentences.append(f"Your list now: {_phrase(items)}." if items else "Your list is now empty.")
         elif "clear" in lowered:
-            sentences.append("Cleared your list.")
+            cleared = ["Cleared your list."]
         elif "add" in lowered:
             added += [value for value in arguments.values() if isinstance(value, str)]
         elif "remove" in lowered or "delete" in lowered:
             removed += [value for value in arguments.values() if isinstance(value, str)]
         elif "list" in lowered or "get" in lowered:
-            sentences.append(_describe_list(result))
+            shown.append(_describe_list(result))
         else:
-            sentences.append(f"{name} returned: {result}")
-    if removed:
-        sentences.append(f"Removed {_phrase(removed)}.")
-    if added:
-        sentences.append(f"Added {_phrase(added)} to your list.")
-    return " ".join(sentences) or "Done."
+            sentences.append(f"{name} returned: {result.rstrip('.')}.")
+    removed = [f"Removed {_phrase(removed)}."] if removed else []
+    added = [f"Added {_phrase(added)} to your list."] if added else []
+    return " ".join(cleared + removed + added + sentences + shown) or "Done."
 
 
 def _json_object(text) -> dict:
@@ -544,7 +543,7 @@ def _describe_list(result: str) -> str:
         value = next((v for v in value.values() if isinstance(v, list)), value)
     if isinstance(value, list):
         return f"Your list: {_phrase(value)}." if value else "Your list is empty."
-    return f"Your list: {value}" if str(value).strip() else "Your list is empty."
+    return f"Your list: {str(value).strip().rstrip('.')}." if str(value).strip() else "Your list is empty."
 
 
 _USER_LINE = re.compile(r"^\s*user:\s*(.+?)\s*$", re.I | re.M)
@@ -553,7 +552,8 @@ _STOPWORDS = frozenset(
     for from had has have having her here hers him his how into its just like more most much not now off
     once only other our out over own please same she should some such than that the their them then there
     these they this those through too under until very was were what when where which while who whom why
-    will with would you your yours i'm it's what's don't can't hi hello hey thanks thank okay""".split()
+    will with would you your yours i'm it's what's don't can't hi hello hey thanks thank okay
+    add remove show tell need want get got make list""".split()
 )
 
 

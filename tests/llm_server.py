@@ -278,7 +278,10 @@ class LLMServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.base_url = f"http://127.0.0.1:{self.server_address[1]}/v1"
         self._changed = threading.Condition()
-        self._thread = threading.Thread(target=self.serve_forever, name="llm-test-server", daemon=True)
+        # shutdown() waits up to one poll interval; the default half second would slow every test run.
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="llm-test-server", daemon=True
+        )
         self.released = threading.Event()
         self.reset()
 

@@ -1,0 +1,31 @@
+"""Plain factory functions for test data (no extra dependency)."""
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from sessions_core.models import ChatSession, Message, Run, RunStatus
+
+
+def make_user(username="alice", password="pw-alice-123"):
+    return get_user_model().objects.create_user(username=username, password=password)
+
+
+def make_session(owner=None, **fields):
+    fields.setdefault("component_id", "general")
+    return ChatSession.objects.create(owner=owner, **fields)
+
+
+def make_run(session, user_text="hello", reply="hi there", status=RunStatus.COMPLETED, **fields):
+    """A finished run with its user message and (when given) the assistant's reply."""
+    now = timezone.now()
+    run = Run.objects.create(session=session, status=status, input=user_text, content=reply or "",
+                             finished_at=now, **fields)
+    seq = session.last_seq
+    rows = [Message(session=session, run=run, seq=seq + 1, role="user", content=user_text)]
+    if reply is not None:
+        rows.append(Message(session=session, run=run, seq=seq + 2, role="assistant", content=reply))
+    Message.objects.bulk_create(rows)
+    session.last_seq = seq + len(rows)
+    session.last_activity_at = now
+    session.save(update_fields=["last_seq", "last_activity_at"])
+    return run
