@@ -446,7 +446,12 @@ def _plain_reply(said: str) -> str:
 
 def _direct_calls(request: _ListRequest, box: _Toolbox) -> list[tuple[str, dict]]:
     """Calls of the list's own tools, or [] when one the request needs is missing."""
-    needed = [(request.clear, box.clear), (request.remove, box.remove), (request.add, box.add), (request.show, box.show)]
+    needed = [
+        (request.clear, box.clear),
+        (request.remove, box.remove),
+        (request.add, box.add),
+        (request.show, box.show),
+    ]
     if any(wanted and not tool for wanted, tool in needed):
         return []
     calls = [(box.clear, {})] if request.clear else []

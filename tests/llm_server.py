@@ -40,7 +40,7 @@ import socket
 import sys
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -257,7 +257,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _chunk(choices: list) -> dict:
-    return {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": "test-model", "choices": choices}
+    return {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 0, "model": "test", "choices": choices}
 
 
 def _usage(body: dict, completion_tokens: int) -> dict:
