@@ -99,3 +99,12 @@ def chat_history(session_pk: int, alias: str, last_n_runs: int | None = None) ->
 def _with_run_id(message: ChatMessage, run_id: str) -> ChatMessage:
     message.run_id = run_id
     return message
+
+
+def completed_messages(session_pk: int, alias: str, last_n_runs: int | None = None) -> list[ChatMessage]:
+    """Messages of the session's completed top-level runs (the last `last_n_runs` of them), oldest first."""
+    runs = Run.objects.using(alias).filter(session_id=session_pk, status=RunStatus.COMPLETED, parent_run__isnull=True)
+    if last_n_runs is not None:
+        runs = runs.order_by("-id")[:last_n_runs]
+    rows = Message.objects.using(alias).filter(run_id__in=runs.values("id")).exclude(role=Role.SYSTEM)
+    return [ChatMessage.from_row(row) for row in rows.only(*_HISTORY_FIELDS).order_by("seq")]

@@ -1,0 +1,87 @@
+"""Session summaries: a rolling summary of the conversation, regenerated after successful runs."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.utils import timezone
+
+from .history import ChatMessage
+from .llm import Model, ModelError
+
+logger = logging.getLogger("sessions_core")
+
+DEFAULT_PROMPT = (
+    "Analyse the conversation between the user and the assistant below and write a concise summary of "
+    "what will be useful in later interactions: facts about the user, their goals, decisions made and "
+    "open questions. Also list a few short topics. Keep it brief and relevant, and do not invent anything."
+)
+SUMMARY_SCHEMA = {
+    "type": "object",
+    "properties": {"summary": {"type": "string"}, "topics": {"type": "array", "items": {"type": "string"}}},
+    "required": ["summary"],
+}
+
+
+@dataclass
+class SessionSummary:
+    summary: str
+    topics: list[str] = field(default_factory=list)
+    updated_at: datetime | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "summary": self.summary,
+            "topics": self.topics,
+            "updated_at": self.updated_at.isoformat() if self.updated_at else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> SessionSummary | None:
+        if not data or not data.get("summary"):
+            return None
+        updated = data.get("updated_at")
+        return cls(
+            summary=data["summary"], topics=list(data.get("topics") or []),
+            updated_at=datetime.fromisoformat(updated) if updated else None,
+        )
+
+
+class SessionSummaryManager:
+    """Makes a session's summary with one model call (by default the agent's model)."""
+
+    summary_request_message = "Provide the summary of the conversation."
+
+    def __init__(self, model: Model | None = None, session_summary_prompt: str | None = None,
+                 last_n_runs: int | None = None, conversation_limit: int | None = None):
+        for name, value in (("last_n_runs", last_n_runs), ("conversation_limit", conversation_limit)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be a positive number, not {value}.")
+        self.model = model
+        self.session_summary_prompt = session_summary_prompt
+        self.last_n_runs = last_n_runs
+        self.conversation_limit = conversation_limit
+
+    def build_request(self, messages: list[ChatMessage]) -> list[dict]:
+        conversation = [m for m in messages if m.role in ("user", "assistant") and m.content]
+        if self.conversation_limit is not None:
+            conversation = conversation[-self.conversation_limit:]
+        transcript = "\n".join(f"{m.role.capitalize()}: {m.content}" for m in conversation)
+        system = (self.session_summary_prompt or DEFAULT_PROMPT) + f"\n\n<conversation>\n{transcript}\n</conversation>"
+        return [{"role": "system", "content": system}, {"role": "user", "content": self.summary_request_message}]
+
+    async def acreate(self, model: Model, messages: list[ChatMessage]) -> SessionSummary:
+        """Ask the model; raises ModelError when it fails or answers with nothing usable."""
+        response_format = {"type": "json_schema", "json_schema": {"name": "session_summary", "schema": SUMMARY_SCHEMA}}
+        text = await (self.model or model).acomplete(self.build_request(messages), response_format)
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = {"summary": text.strip()}  # a model without structured output answered in prose
+        if not isinstance(data, dict) or not str(data.get("summary") or "").strip():
+            raise ModelError("The model returned no summary.")
+        topics = [str(topic) for topic in data.get("topics") or [] if str(topic).strip()]
+        return SessionSummary(summary=str(data["summary"]).strip(), topics=topics, updated_at=timezone.now())
