@@ -21,9 +21,10 @@ from . import state as state_module
 from .bridge import call_sync, iterate_sync, run_sync
 from .errors import SessionIdNotSetError, SessionNotFoundError
 from .events import BaseRunEvent, RunEvent
-from .history import ChatMessage, chat_history
+from .history import ChatMessage, chat_history, completed_messages
 from .llm import Model
 from .models import ChatSession, Message, NameSource, Run, RunStatus, StateChange
+from .summary import SessionSummary, SessionSummaryManager
 from .runtime import RunLoop, RunOutput, load_owned_session, request_cancel, resolve_user, user_label, validate_session_id
 from .tools import Function, RunContext, collect_functions
 
@@ -180,6 +181,10 @@ class Agent:
             tools = list(self.tools)
             if self.enable_agentic_state:
                 tools.append(update_session_state_tool)
+            if self.search_past_sessions:
+                from .past_sessions import PAST_SESSION_TOOLS
+
+                tools.extend(PAST_SESSION_TOOLS)
             self._functions = collect_functions(tools)
         return self._functions
 
@@ -376,6 +381,27 @@ class Agent:
 
     def get_last_run_output(self, session_id: str | None = None, user_id=None) -> RunOutput | None:
         return run_sync(lambda: self.aget_last_run_output(session_id, user_id))
+
+    async def aupdate_session_summary(self, session_pk: int, session_id: str) -> SessionSummary | None:
+        """Regenerate the summary after a successful run. A failure keeps the previous one and is logged."""
+        manager = self.session_summary_manager or SessionSummaryManager()
+        alias = self.db_alias
+        messages = await call_sync(completed_messages, session_pk, alias, manager.last_n_runs)
+        try:
+            summary = await manager.acreate(self.resolved_model(), messages)
+        except Exception:
+            logger.exception("Session summary failed for session %s; the previous summary is kept", session_id)
+            return None
+        await call_sync(
+            lambda: ChatSession.objects.using(alias).filter(pk=session_pk).update(summary=summary.to_dict())
+        )
+        return summary
+
+    async def aget_session_summary(self, session_id: str | None = None, user_id=None) -> SessionSummary | None:
+        return await call_sync(lambda: SessionSummary.from_dict(self._owned(session_id, user_id).summary))
+
+    def get_session_summary(self, session_id: str | None = None, user_id=None) -> SessionSummary | None:
+        return run_sync(lambda: self.aget_session_summary(session_id, user_id))
 
     async def aget_session_name(self, session_id: str | None = None, user_id=None) -> str:
         return await call_sync(lambda: self._owned(session_id, user_id).name)

@@ -86,8 +86,19 @@ def iterate_sync(make_iterator: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
                     serve(*message[1])
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
+        _close_loop(loop)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Close the loop as asyncio.run does: leftover tasks (an HTTP client's closer) are cancelled
+    and allowed to clean up first, so no task is destroyed while pending."""
+    leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in leftovers:
+        task.cancel()
+    if leftovers:
+        loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
 
 
 async def _call(fn):

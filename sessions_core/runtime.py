@@ -37,6 +37,8 @@ from .events import (
     RunContentEvent,
     RunErrorEvent,
     RunStartedEvent,
+    SessionSummaryCompletedEvent,
+    SessionSummaryStartedEvent,
     StateChangedEvent,
     ToolCallCompletedEvent,
     ToolCallStartedEvent,
@@ -274,6 +276,13 @@ class RunLoop:
             RunCompletedEvent, content=out.content, content_type=out.content_type, metrics=out.metrics,
             session_state=out.session_state, state_version=out.state_version, status=out.status,
         )
+        if status == RunStatus.COMPLETED and self.agent.enable_session_summaries:
+            # After RunCompleted, not before it (Agno's order): the reply is never held up by the summary.
+            if self.options["stream_events"]:
+                yield self._event(SessionSummaryStartedEvent)
+            summary = await self.agent.aupdate_session_summary(start.session_pk, self.session_id)
+            if self.options["stream_events"]:
+                yield self._event(SessionSummaryCompletedEvent, session_summary=summary and summary.to_dict())
 
     def _injected(self) -> dict:
         injected = {"current_session_id": self.session_id, "current_run_id": self.run_id}

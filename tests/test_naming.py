@@ -1,0 +1,71 @@
+import asyncio
+
+import pytest
+
+from sessions_core import Agent
+from sessions_core.history import ChatMessage
+from sessions_core.llm import OfflineModel
+from sessions_core.models import ChatSession, NameSource
+from sessions_core.naming import generate_session_name
+from tests.llm_server import Error, Text
+
+pytestmark = pytest.mark.django_db
+
+
+def test_set_session_name_by_hand(openai_model, llm_server):
+    agent = Agent(model=openai_model)
+    agent.run("hi", session_id="n1", user_id="u")
+    agent.set_session_name(session_id="n1", session_name="  My trip  ", user_id="u")
+    assert agent.get_session_name(session_id="n1", user_id="u") == "My trip"
+    assert ChatSession.objects.get(session_id="n1").name_source == NameSource.USER
+    with pytest.raises(ValueError, match="No session name provided"):
+        agent.set_session_name(session_id="n1", session_name=" ", user_id="u")
+
+
+def test_autogenerate_makes_one_call_and_strips_quotes(openai_model, llm_server):
+    agent = Agent(model=openai_model)
+    llm_server.add(Text("Sure."), Text('"Planning a Lisbon trip."'))
+    agent.run("Help me plan a trip to Lisbon", session_id="n2", user_id="u")
+    session = agent.set_session_name(session_id="n2", autogenerate=True, user_id="u")
+    assert session.session_name == "Planning a Lisbon trip"
+    assert ChatSession.objects.get(session_id="n2").name_source == NameSource.AUTO
+    request = llm_server.requests[-1]
+    assert "at most five words" in request["messages"][0]["content"]
+    assert "USER: Help me plan a trip to Lisbon" in request["messages"][1]["content"]
+
+
+def test_autogenerate_retries_when_too_long_then_truncates(openai_model, llm_server):
+    agent = Agent(model=openai_model)
+    llm_server.add(Text("ok"))
+    agent.run("hello", session_id="n3", user_id="u")
+    too_long = "one two three four five six seven"
+    llm_server.add(Text(too_long), Text(""), Text(too_long))
+    session = agent.set_session_name(session_id="n3", autogenerate=True, user_id="u")
+    assert session.session_name == "one two three four five"
+    assert len(llm_server.requests) == 4  # the run, then three naming attempts
+
+
+def test_autogenerate_falls_back_when_the_model_fails(openai_model, llm_server):
+    agent = Agent(model=openai_model)
+    llm_server.add(Text("ok"))
+    agent.run("Budget for the new kitchen project please", session_id="n4", user_id="u")
+    llm_server.add(Error(400, "x"), Error(400, "x"), Error(400, "x"))
+    session = agent.set_session_name(session_id="n4", autogenerate=True, user_id="u")
+    assert session.session_name == "Budget for the new kitchen"
+
+
+def test_autogenerate_never_replaces_a_users_title(openai_model, llm_server):
+    agent = Agent(model=openai_model)
+    agent.run("hi", session_id="n5", user_id="u")
+    agent.set_session_name(session_id="n5", session_name="Mine", user_id="u")
+    llm_server.add(Text("Generated"))
+    assert agent.set_session_name(session_id="n5", autogenerate=True, user_id="u").session_name == "Mine"
+
+
+def test_offline_model_titles_from_the_first_message():
+    messages = [ChatMessage(role="user", content="Can you help me plan a birthday party for my son"),
+                ChatMessage(role="assistant", content="Sure!")]
+    title = asyncio.run(generate_session_name(OfflineModel(), messages))
+    assert 0 < len(title.split()) <= 5
+    assert '"' not in title
+    assert title.lower().startswith("help me plan")
