@@ -4,6 +4,7 @@ Every variable has a default that works on a fresh machine (SQLite, in-memory ch
 offline model). Bad values raise ImproperlyConfigured at start-up rather than failing later.
 """
 
+import os
 from pathlib import Path
 
 import environ
@@ -84,7 +85,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
     # A file, not memory, so a test server in another process (the browser tests) sees the same data.
     (BASE_DIR / "var").mkdir(exist_ok=True)
-    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test_db.sqlite3")}
+    # One file per test process, so parallel test runs never share (and corrupt) a database.
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test_db_{os.getpid()}.sqlite3")}
 else:
     DATABASES["default"].setdefault("TEST", {"NAME": "test_" + DATABASES["default"]["NAME"]})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -138,3 +140,14 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"sessions_core": {"handlers": ["console"], "level": _env(env.str, "LOG_LEVEL", "WARNING")}},
 }
+
+# Live replies over the websocket (chatapp/live.py).
+# Streamed text is sent to the browser in batches at most this often (seconds).
+CHAT_STREAM_BATCH_SECONDS = _env(env.float, "CHAT_STREAM_BATCH_SECONDS", 0.03)
+# Generated titles: attempts, and the first pause between them (doubled after each failure).
+CHAT_TITLE_ATTEMPTS = _env(env.int, "CHAT_TITLE_ATTEMPTS", 3)
+CHAT_TITLE_RETRY_SECONDS = _env(env.float, "CHAT_TITLE_RETRY_SECONDS", 1.0)
+if CHAT_STREAM_BATCH_SECONDS < 0 or CHAT_TITLE_ATTEMPTS < 1 or CHAT_TITLE_RETRY_SECONDS < 0:
+    raise ImproperlyConfigured("CHAT_STREAM_BATCH_SECONDS, CHAT_TITLE_ATTEMPTS and CHAT_TITLE_RETRY_SECONDS must be positive")
+# Stop: how long a run may take to notice the stop flag before the task reading its stream is cancelled.
+CHAT_STOP_GRACE_SECONDS = _env(env.float, "CHAT_STOP_GRACE_SECONDS", 0.25)

@@ -74,3 +74,16 @@ def __getattr__(name):
     if not apps.ready:
         setup()
     return getattr(importlib.import_module(f"sessions_core.{module}"), name)
+
+
+def _setup_standalone_script() -> None:
+    """A plain script that imports sessions_core (or one of its modules) first gets Django set up here."""
+    import os
+
+    from django.conf import settings
+
+    if not os.environ.get("DJANGO_SETTINGS_MODULE") and not settings.configured:
+        setup()
+
+
+_setup_standalone_script()

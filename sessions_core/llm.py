@@ -420,9 +420,14 @@ def _single_string_argument(parameters: dict) -> str | None:
 
 def _plan_turn(messages: list[dict], tools: list[dict]) -> tuple[str, list[tuple[str, dict]]]:
     """Decide the offline model's reply: (text, [(tool name, arguments), ...])."""
+    said = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "").strip()
+    names = {tool.get("function", {}).get("name") for tool in tools}
+    if "search_past_sessions" in names:
+        memory = _plan_memory(messages, said)
+        if memory is not None:
+            return memory
     if messages and messages[-1].get("role") == "tool":
         return _report_tool_results(messages), []
-    said = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "").strip()
     request = _parse_request(said)
     if request is None:
         return _plain_reply(said), []
@@ -433,6 +438,68 @@ def _plan_turn(messages: list[dict], tools: list[dict]) -> tuple[str, list[tuple
     if box.update_state:
         return _update_state(request, box.update_state, _session_state(messages))
     return _plain_reply(said), []
+
+
+_ASKS_ABOUT_PAST = re.compile(
+    r"\b(discuss|discussed|talk(ed)? about|earlier|before|previous|last time|remember|past (session|conversation)s?)\b",
+    re.I,
+)
+_ASKS_TO_FIND = re.compile(r"\b(find|read|open|look up|show me|tell me about)\b", re.I)
+_SEARCH_STOPWORDS = {"find", "read", "open", "show", "tell", "about", "session", "sessions", "conversation", "the", "one",
+              "that", "what", "where", "when", "with", "please", "which", "our", "about", "did", "discuss"}
+
+
+def _plan_memory(messages: list[dict], said: str):
+    """Past-session tools: list earlier sessions when asked about them, then read the one the user names."""
+    last = messages[-1] if messages else {}
+    if last.get("role") != "tool":
+        names_a_session = _ASKS_TO_FIND.search(said) and re.search(r"\b(session|conversation|chat)\b", said, re.I)
+        if _ASKS_ABOUT_PAST.search(said) or names_a_session:
+            return "", [("search_past_sessions", {})]
+        return None
+    call = _last_tool_call(messages)
+    if call is None:
+        return None
+    if call["name"] == "search_past_sessions":
+        listed = _json_list(_text(last.get("content")))
+        wanted = {word for word in re.findall(r"[a-z]{4,}", said.lower()) if word not in _SEARCH_STOPWORDS}
+        if _ASKS_TO_FIND.search(said) and wanted:
+            for session in listed:
+                haystack = json.dumps(session).lower()
+                if any(word in haystack for word in wanted):
+                    return "", [("read_past_session", {"session_id": session.get("session_id")})]
+        if not listed:
+            return "I can't find any earlier conversations with you.", []
+        topics = [session.get("name") or _first_user_line(session) for session in listed]
+        topics = [topic.strip().rstrip(".?!") for topic in topics if topic and topic.strip()]
+        return f"We've talked before about: {'; '.join(topics)}.", []
+    if call["name"] == "read_past_session":
+        transcript = _text(last.get("content"))
+        first = re.search(r"^User: (.*)$", transcript, re.M)
+        if not first:
+            return "I couldn't read that session.", []
+        return f'In that session you asked: "{first[1]}".', []
+    return None
+
+
+def _last_tool_call(messages: list[dict]) -> dict | None:
+    for message in reversed(messages):
+        if message.get("tool_calls"):
+            return message["tool_calls"][-1]["function"]
+    return None
+
+
+def _json_list(text: str) -> list:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _first_user_line(session: dict) -> str:
+    runs = session.get("recent_runs") or []
+    return runs[-1].get("user", "") if runs else ""
 
 
 def _plain_reply(said: str) -> str:

@@ -1,0 +1,46 @@
+"""Past-session search limited to the 2 most recent sessions, with two users who never see each other's.
+
+Port of Agno's cookbook/02_agents/05_state_and_session/last_n_session_messages.py (SPEC.md B.1 #4).
+user_1 has three sessions about capital cities, user_2 two about population and currency. Each then
+asks, in a new session, what they talked about: each is told about their own sessions only, at most
+two of them (the current session is left out before the limit).
+
+    .venv/bin/python examples/last_n_session_messages.py
+"""
+
+import asyncio
+
+from _model import example_model  # puts the project on sys.path
+
+from sessions_core import Agent, SessionNotFoundError
+
+SESSIONS = {
+    "user_1": [("user_1_session_1", "What is the capital of South Africa?"),
+               ("user_1_session_2", "What is the capital of China?"),
+               ("user_1_session_3", "What is the capital of France?")],
+    "user_2": [("user_2_session_1", "What is the population of India?"),
+               ("user_2_session_2", "What is the currency of Japan?")],
+}
+
+
+async def main() -> dict:
+    agent = Agent(model=example_model(), search_past_sessions=True, num_past_sessions_to_search=2)
+    answers = {}
+    for user, sessions in SESSIONS.items():
+        for session_id in [sid for sid, _ in sessions] + [f"{user}_new"]:
+            try:
+                await agent.adelete_session(session_id=session_id, user_id=user)  # start fresh each run
+            except SessionNotFoundError:
+                pass
+        for session_id, question in sessions:
+            await agent.arun(question, session_id=session_id, user_id=user)
+    for user in SESSIONS:
+        output = await agent.arun("What did we discuss in our previous sessions?", session_id=f"{user}_new",
+                                  user_id=user)
+        answers[user] = output
+        print(f"{user}:", output.content)
+    return answers
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
