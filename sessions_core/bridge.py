@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import queue
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -32,10 +33,31 @@ async def call_sync(fn: Callable[..., T], *args, **kwargs) -> T:
     return await sync_to_async(fn, thread_sensitive=True)(*args, **kwargs)
 
 
+_shared: tuple[int, asyncio.AbstractEventLoop, threading.Thread] | None = None
+_shared_lock = threading.Lock()
+
+
+def _shared_loop() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
+    """The process's engine loop, started on first use: sync calls reuse it (and the model's HTTP
+    connections on it) instead of paying for a new loop and thread each time."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared[0] != os.getpid() or not _shared[2].is_alive():  # new, or forked
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="sessions-core-loop", daemon=True)
+            thread.start()
+            _shared = (os.getpid(), loop, thread)
+        return _shared[1], _shared[2]
+
+
 def iterate_sync(make_iterator: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
     """Consume an async iterator from sync code, serving its `call_sync` jobs on this thread."""
     inbox: queue.SimpleQueue = queue.SimpleQueue()
-    loop = asyncio.new_event_loop()
+    loop, thread = _shared_loop()
+    private = threading.current_thread() is thread  # a sync call made from inside the engine's own loop
+    if private:
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="sessions-core-private-loop", daemon=True)
 
     async def runner(fn, args, kwargs):
         future = loop.create_future()
@@ -63,8 +85,8 @@ def iterate_sync(make_iterator: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
         task.add_done_callback(lambda done: inbox.put(("finished", done)))
         return task
 
-    thread = threading.Thread(target=loop.run_forever, name="sessions-core-loop", daemon=True)
-    thread.start()
+    if private:
+        thread.start()
     task = asyncio.run_coroutine_threadsafe(_call(start), loop).result()
     finished = False
     try:
@@ -84,9 +106,10 @@ def iterate_sync(make_iterator: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
             while (message := inbox.get())[0] != "finished":
                 if message[0] == "call":
                     serve(*message[1])
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        _close_loop(loop)
+        if private:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            _close_loop(loop)
 
 
 def _close_loop(loop: asyncio.AbstractEventLoop) -> None:

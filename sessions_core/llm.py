@@ -14,6 +14,7 @@ import ast
 import asyncio
 import json
 import re
+import weakref
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -94,25 +95,25 @@ class OpenAIChat(Model):
         self.max_retries = max_retries
         self.temperature = temperature
         # Pooled connections belong to the loop that opened them, so each running loop gets its own
-        # client, kept with the task that closes it when that loop shuts down.
-        self._clients: dict[asyncio.AbstractEventLoop, tuple[openai.AsyncOpenAI, asyncio.Task]] = {}
+        # client. Keyed weakly: a client goes away with its loop. (A task waiting to close it would be
+        # left pending by loop owners that do not cancel leftovers, and its finalizer then fails.)
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _client(self) -> openai.AsyncOpenAI:
         loop = asyncio.get_running_loop()
-        if loop not in self._clients:
-            client = openai.AsyncOpenAI(
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = openai.AsyncOpenAI(
                 api_key=self.api_key, base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries
             )
-            self._clients[loop] = (client, loop.create_task(self._close_with_loop(loop, client)))
-        return self._clients[loop][0]
+        return client
 
-    async def _close_with_loop(self, loop: asyncio.AbstractEventLoop, client: openai.AsyncOpenAI) -> None:
-        # asyncio.run and asgiref cancel leftover tasks before closing a loop: the last moment this
-        # loop's connections can be closed cleanly.
-        try:
-            await loop.create_future()
-        finally:
-            del self._clients[loop]
+    async def aclose(self) -> None:
+        """Close this loop's HTTP connections now (they are otherwise closed with the loop)."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
             await client.close()
 
     def _request(self, messages: list[dict], tools: list[dict] | None, response_format: dict | None) -> dict:
