@@ -1,6 +1,36 @@
 from django.contrib import admin
-from django.urls import path
+from django.contrib.auth import views as auth_views
+from django.urls import include, path, register_converter
+
+from . import views
+from .converters import SessionIdConverter
+
+register_converter(SessionIdConverter, "sid")
+
+chat_patterns = [
+    path("", views.index, name="index"),
+    path("new/", views.new_session, name="new"),
+    path("trash/", views.trash, name="trash"),
+    path("sessions/", views.session_list_hx, name="session_list_hx"),
+    path("sessions/filter/", views.session_filter_hx, name="session_filter_hx"),
+    path("s/<sid:session_id>/", views.session_page, name="session"),
+    path("s/<sid:session_id>/runs/", views.transcript_hx, name="transcript_hx"),
+    path("s/<sid:session_id>/rename/", views.session_rename_hx, name="session_rename_hx"),
+    path("s/<sid:session_id>/pin/", views.session_pin_hx, name="session_pin_hx"),
+    path("s/<sid:session_id>/delete/", views.session_delete_hx, name="session_delete_hx"),
+    path("s/<sid:session_id>/restore/", views.session_restore_hx, name="session_restore_hx"),
+    path("s/<sid:session_id>/destroy/", views.session_destroy_hx, name="session_destroy_hx"),
+    path("s/<sid:session_id>/title/", views.session_retitle_hx, name="session_retitle_hx"),
+    path("s/<sid:session_id>/state/", views.state_panel_hx, name="state_panel_hx"),
+    path("s/<sid:session_id>/state/edit/", views.state_edit_hx, name="state_edit_hx"),
+    path("s/<sid:session_id>/state/v<int:version>/", views.state_version_hx, name="state_version_hx"),
+    path("search/", include("chatapp.search_urls")),
+]
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/signup/", views.signup, name="signup"),
+    path("", include((chat_patterns, "chat"))),
 ]

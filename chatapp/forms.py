@@ -1,0 +1,39 @@
+"""Forms: new session, rename, state edit (sign-up uses Django's UserCreationForm)."""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+
+from .assistants import ASSISTANTS
+
+MAX_STATE_CHARS = 200_000
+
+
+class NewSessionForm(forms.Form):
+    assistant = forms.ChoiceField(choices=[(a.id, a.name) for a in ASSISTANTS.values()], widget=forms.RadioSelect)
+
+
+class RenameForm(forms.Form):
+    name = forms.CharField(max_length=200, required=False, strip=True)
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"]
+        if not name:
+            raise forms.ValidationError("A title cannot be empty.")
+        return name
+
+
+class StateEditForm(forms.Form):
+    state = forms.CharField(widget=forms.Textarea, strip=False, max_length=MAX_STATE_CHARS)
+    version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
+
+    def clean_state(self) -> dict:
+        try:
+            value = json.loads(self.cleaned_data["state"])
+        except ValueError as exc:
+            raise forms.ValidationError(f"That is not valid JSON: {exc}.") from exc
+        if not isinstance(value, dict):
+            raise forms.ValidationError("The state must be a JSON object ({…}), not a list or a single value.")
+        return value

@@ -1,0 +1,221 @@
+"""HTML for the chat, as strings: used by the views and by the websocket consumer alike, so a live
+update and a reload show exactly the same markup (one fragment template per thing).
+
+Everything here is synchronous and reads the database: call it from a DB thread in async code.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from html import escape
+
+import nh3
+from django.db.models import Prefetch
+from django.template.loader import render_to_string
+from django.utils.html import escape as escape_html
+from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.util import ClassNotFound
+
+from sessions_core.models import ChatSession, Message, Role, Run, RunStatus, StateChange
+
+from . import state_view
+from .assistants import assistant_name
+
+TRANSCRIPT_RUNS = 50  # runs shown at once; older ones behind "Load earlier"
+TIMELINE_CHANGES = 50  # state changes listed in the panel
+
+# --- markdown ----------------------------------------------------------------------------------------
+
+_FORMATTER = HtmlFormatter(nowrap=True)
+
+
+def _highlight(code: str, language: str, _attrs) -> str:
+    """A fenced code block: Pygments spans plus a bar with the language and a copy button."""
+    try:
+        lexer = get_lexer_by_name(language) if language else None
+    except ClassNotFound:
+        lexer = None
+    body = highlight(code, lexer, _FORMATTER) if lexer else escape(code)
+    label = f'<span class="code-lang">{escape(language)}</span>' if language else ""
+    return (
+        f'<div class="codeblock"><div class="codeblock-bar">{label}'
+        '<button type="button" class="copy-code">Copy</button></div>'
+        f'<pre class="highlight"><code>{body}</code></pre></div>'
+    )
+
+
+# html=False: raw HTML in the text is shown as text, never passed through; nh3 below is the second line.
+_MARKDOWN = MarkdownIt("commonmark", {"html": False, "highlight": _highlight}).enable(["table", "strikethrough"])
+
+_TAGS = {
+    "p", "br", "hr", "strong", "em", "s", "del", "code", "pre", "blockquote", "ul", "ol", "li", "a",
+    "h1", "h2", "h3", "h4", "h5", "h6", "table", "thead", "tbody", "tr", "th", "td", "span", "div", "button",
+}
+_ATTRIBUTES = {
+    "a": {"href", "title"},
+    "span": {"class"},
+    "div": {"class"},
+    "pre": {"class"},
+    "code": {"class"},
+    "button": {"class", "type"},
+    "ol": {"start"},
+    "th": {"style"},
+    "td": {"style"},
+}
+
+
+def render_markdown(text: str) -> SafeString:
+    """Markdown to sanitized HTML: no raw HTML, no scripts or event handlers, only http(s)/mailto links."""
+    html = _MARKDOWN.render(text or "")
+    return mark_safe(nh3.clean(  # noqa: S308 - this is the sanitizer's output
+        html, tags=_TAGS, attributes=_ATTRIBUTES, url_schemes={"http", "https", "mailto"},
+        link_rel="noopener noreferrer nofollow", filter_style_properties={"text-align"},
+    ))
+
+
+# --- the transcript ----------------------------------------------------------------------------------
+
+
+@dataclass
+class ToolCallView:
+    call_id: str
+    name: str
+    arguments: str
+    result: str | None = None
+    error: bool = False
+
+    @property
+    def pending(self) -> bool:
+        return self.result is None
+
+
+def _pretty_json(text) -> str:
+    if not isinstance(text, str):
+        return json.dumps(text, indent=2, ensure_ascii=False)
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, TypeError):
+        return text
+
+
+@dataclass
+class RunView:
+    run: Run
+    user_text: str
+    tool_calls: list[ToolCallView] = field(default_factory=list)
+
+    @property
+    def reply_html(self) -> str:
+        """Finished replies are sanitized markdown; a reply still streaming is escaped text."""
+        if self.run.status == RunStatus.RUNNING:
+            return escape_html(self.run.content)
+        return render_markdown(self.run.content)
+
+    @property
+    def metrics(self) -> dict:
+        return self.run.metrics or {}
+
+
+def run_view(run: Run) -> RunView:
+    """What _run.html shows of a run, from its stored messages (prefetched or not)."""
+    messages = getattr(run, "shown_messages", None)
+    if messages is None:
+        messages = list(run.messages.exclude(role=Role.SYSTEM).order_by("seq"))
+    user_text = next((m.content for m in messages if m.role == Role.USER), run.input)
+    calls: dict[str, ToolCallView] = {}
+    for message in messages:
+        if message.role == Role.ASSISTANT and message.tool_calls:
+            for call in message.tool_calls:
+                calls[call.get("id", "")] = ToolCallView(
+                    call.get("id", ""), call.get("name", ""), _pretty_json(call.get("arguments", "")))
+        elif message.role == Role.TOOL:
+            view = calls.setdefault(message.tool_call_id, ToolCallView(message.tool_call_id, message.tool_name, ""))
+            view.result, view.error = message.content, message.tool_error
+    return RunView(run, user_text, list(calls.values()))
+
+
+class RunPage(list):
+    """A slice of a transcript, oldest first; `has_earlier` says whether older runs exist."""
+
+    has_earlier = False
+
+    @property
+    def earliest_id(self) -> int | None:
+        return self[0].pk if self else None
+
+
+def transcript_runs(session: ChatSession, before: int | None = None, limit: int = TRANSCRIPT_RUNS) -> RunPage:
+    """The session's last `limit` top-level runs (older than run pk `before`), messages prefetched in seq order."""
+    runs = Run.objects.filter(session=session, parent_run__isnull=True)
+    if before is not None:
+        runs = runs.filter(pk__lt=before)
+    shown = Prefetch("messages", queryset=Message.objects.exclude(role=Role.SYSTEM).order_by("seq"),
+                     to_attr="shown_messages")
+    newest_first = list(runs.order_by("-pk").prefetch_related(shown)[: limit + 1])
+    page = RunPage(reversed(newest_first[:limit]))
+    page.has_earlier = len(newest_first) > limit
+    return page
+
+
+def render_run(run: Run) -> str:
+    return render_to_string("chatapp/_run.html", {"view": run_view(run)})
+
+
+def render_tool_call(run_id: str, call: ToolCallView) -> str:
+    """One tool call row (for a call seen live, before the run's messages are stored)."""
+    return render_to_string("chatapp/_tool_call.html", {"run_id": run_id, "call": call})
+
+
+# --- the sidebar -------------------------------------------------------------------------------------
+
+
+def render_session_item(session: ChatSession, current: bool = False, **extra) -> str:
+    return render_to_string("chatapp/_session_item.html", {"s": session, "current": current, **extra})
+
+
+def render_session_item_to_top(session: ChatSession) -> str:
+    """Out-of-band HTML moving a session's row to the top of its group (pinned, else Today) in every tab."""
+    anchor = "#group-pinned" if session.pinned_at else "#group-today"
+    # An "afterend" out-of-band swap inserts the children of the element carrying it, hence the wrapper.
+    return (f'<li id="session-item-{session.pk}" hx-swap-oob="delete"></li>'
+            f'<div hx-swap-oob="afterend:{anchor}">{render_session_item(session)}</div>')
+
+
+def render_session_list(user, current_session_id: str | None = None, oob: bool = False) -> str:
+    """The first page of the sidebar list (`#session-list`)."""
+    from .sidebar import sidebar_page
+
+    return render_to_string("chatapp/_session_list.html", {
+        "page": sidebar_page(user), "current_session_id": current_session_id, "list_oob": oob,
+    })
+
+
+# --- the state panel ---------------------------------------------------------------------------------
+
+
+def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str | None = None,
+                        edit_version=None, **extra) -> dict:
+    """Context of _state_panel.html. `edit_text`/`edit_version` refill the JSON form after a refused edit."""
+    changes = list(StateChange.objects.filter(session=session).select_related("run")
+                   .only("version", "patch", "source", "created_at", "run__run_id")
+                   .order_by("-version")[:TIMELINE_CHANGES])
+    state_json = json.dumps(session.session_state, indent=2, ensure_ascii=False)
+    return {
+        "session": session,
+        "tree": state_view.tree(session.session_state, changed_keys),
+        "changed_keys": list(changed_keys),
+        "timeline": [state_view.describe_change(change) for change in changes],
+        "form_text": state_json if edit_text is None else edit_text,
+        "form_version": session.state_version if edit_version in (None, "") else edit_version,
+        "assistant_name": assistant_name(session.component_id),
+        **extra,
+    }
+
+
+def render_state_panel(session: ChatSession, changed_keys=(), **extra) -> str:
+    return render_to_string("chatapp/_state_panel.html", state_panel_context(session, changed_keys, **extra))

@@ -1,0 +1,91 @@
+"""The state panel's readable forms: the state as an HTML tree and each change as readable lines."""
+
+from __future__ import annotations
+
+import json
+
+import jsonpatch
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+MAX_DEPTH = 12  # deeper values are shown as JSON text
+VALUE_CHARS = 200  # longest value shown in a timeline line
+
+
+def _scalar(value) -> SafeString:
+    if isinstance(value, str):
+        return format_html('<span class="json-string">{}</span>', value)
+    if isinstance(value, bool) or value is None:
+        return format_html('<span class="json-literal">{}</span>', json.dumps(value))
+    if isinstance(value, (int, float)):
+        return format_html('<span class="json-number">{}</span>', json.dumps(value))
+    return format_html('<code>{}</code>', json.dumps(value, ensure_ascii=False))
+
+
+def _node(value, depth: int) -> SafeString:
+    if depth > MAX_DEPTH and isinstance(value, (dict, list)):
+        return format_html("<code>{}</code>", json.dumps(value, ensure_ascii=False))
+    if isinstance(value, list):
+        if not value:
+            return mark_safe('<span class="json-empty">empty list</span>')
+        items = format_html_join("", "<li>{}</li>", ((_node(item, depth + 1),) for item in value))
+        return format_html('<ol class="state-list" start="0">{}</ol>', items)
+    if isinstance(value, dict):
+        if not value:
+            return mark_safe('<span class="json-empty">empty object</span>')
+        noun = "key" if len(value) == 1 else "keys"
+        return format_html('<details class="state-object" open><summary>{} {}</summary>{}</details>',
+                           len(value), noun, _entries(value, depth + 1, ()))
+    return _scalar(value)
+
+
+def _entries(mapping: dict, depth: int, changed) -> SafeString:
+    return format_html_join(
+        "", '<div class="state-entry{}" data-key="{}"><dt>{}</dt><dd>{}</dd></div>',
+        ((" changed" if key in changed else "", key, key, _node(value, depth)) for key, value in mapping.items()),
+    )
+
+
+def tree(state: dict, changed_keys=()) -> SafeString:
+    """The state as nested HTML: lists as lists, objects as collapsible <details>, changed keys marked."""
+    if not state:
+        return mark_safe('<p class="state-empty">The state is empty.</p>')
+    return format_html('<dl class="state-tree">{}</dl>', _entries(state, 0, set(changed_keys)))
+
+
+def readable_path(pointer: str) -> str:
+    """'/shopping_list/0' -> 'shopping_list[0]'; '/notes/title' -> 'notes.title'."""
+    out = ""
+    for part in jsonpatch.JsonPointer(pointer).parts:
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out or "(whole state)"
+
+
+def _short(value) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
+
+
+_SYMBOLS = {"add": "+", "remove": "−", "replace": "~", "move": "→", "copy": "⧉", "test": "?"}
+
+
+def describe_op(op: dict) -> dict:
+    kind = op.get("op", "")
+    line = {"op": kind, "symbol": _SYMBOLS.get(kind, kind), "path": readable_path(op.get("path", ""))}
+    if "value" in op:
+        line["value"] = _short(op["value"])
+    if "from" in op:
+        line["source"] = readable_path(op["from"])
+    return line
+
+
+def describe_change(change) -> dict:
+    """One timeline entry: version, source, the run it came from, and the diff as readable lines."""
+    run = change.run if change.run_id else None
+    return {
+        "version": change.version,
+        "source": change.source,
+        "run_id": run.run_id if run else None,
+        "created_at": change.created_at,
+        "ops": [describe_op(op) for op in change.patch],
+    }

@@ -1,0 +1,66 @@
+"""What every chat view shares: the owner-scoped session lookup and the chat page itself."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import Resolver404, resolve
+from django.utils.http import url_has_allowed_host_and_scheme
+from django_htmx.middleware import HtmxDetails
+
+from sessions_core.models import ChatSession
+
+from .. import rendering
+from ..assistants import assistant_name
+from ..sidebar import sidebar_page
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+def owned_session(request: HttpRequest, session_id: str, sidebar_only: bool = False) -> ChatSession:
+    """The request user's session with this id (alive or trashed); anyone else's is a 404."""
+    sessions = ChatSession.objects.for_user(request.user)
+    if sidebar_only:
+        sessions = sessions.for_sidebar()
+    return get_object_or_404(sessions, session_id=session_id)
+
+
+def next_url(request: HttpRequest, default: str) -> str:
+    """Where a plain (non-htmx) POST goes back to: a safe `next`, else `default`."""
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return target
+    return default
+
+
+def current_session_id(request: HtmxHttpRequest) -> str | None:
+    """The session whose page sent this htmx request (for aria-current on its sidebar row)."""
+    path = request.htmx.current_url_abs_path if request.htmx else None
+    if not path:
+        return None
+    try:
+        match = resolve(path.split("?")[0])
+    except Resolver404:
+        return None
+    return match.kwargs.get("session_id") if match.view_name == "chat:session" else None
+
+
+def is_current(request: HtmxHttpRequest, session: ChatSession) -> bool:
+    return current_session_id(request) == session.session_id
+
+
+def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 200, **panel) -> HttpResponse:
+    """The three-pane page for `session`; `panel` goes to the state panel (as-of view, form errors)."""
+    runs = rendering.transcript_runs(session)
+    return render(request, "chatapp/session.html", {
+        "session": session,
+        "page": sidebar_page(request.user),
+        "current_session_id": session.session_id,
+        "runs": runs,
+        "run_views": [rendering.run_view(run) for run in runs],
+        "running": any(run.status == "running" for run in runs),
+        "state_panel": rendering.render_state_panel(session, **panel),
+        "assistant_name": assistant_name(session.component_id),
+    }, status=status)

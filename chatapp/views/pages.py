@@ -1,0 +1,74 @@
+"""Pages: the index redirect, starting a session, the chat page, older runs, and the trash."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
+
+from sessions_core.agent import apply_state_change
+from sessions_core.models import ChatSession
+
+from .. import rendering
+from ..assistants import ASSISTANTS, DEFAULT_ASSISTANT, get_assistant
+from ..broadcast import broadcast_to_user
+from ..forms import NewSessionForm
+from ..sidebar import trashed_sessions
+from .common import HtmxHttpRequest, owned_session, render_chat_page
+
+
+@login_required
+@require_GET
+def index(request: HtmxHttpRequest) -> HttpResponse:
+    newest = ChatSession.objects.for_user(request.user).alive().for_sidebar().first()
+    return redirect("chat:session", newest.session_id) if newest else redirect("chat:new")
+
+
+def _last_used_assistant(user) -> str:
+    last = (ChatSession.objects.for_user(user).exclude(component_id="").order_by("-created_at", "-id")
+            .values_list("component_id", flat=True).first())
+    return last if last in ASSISTANTS else DEFAULT_ASSISTANT
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def new_session(request: HtmxHttpRequest) -> HttpResponse:
+    form = NewSessionForm(request.POST or None, initial={"assistant": _last_used_assistant(request.user)})
+    if request.method == "POST" and form.is_valid():
+        assistant_id = form.cleaned_data["assistant"]
+        with transaction.atomic():
+            session = ChatSession.objects.create(owner=request.user, component_id=assistant_id)
+            # The assistant's defaults go in at once (as version 1): the panel shows them before the first message.
+            apply_state_change(session, get_assistant(assistant_id).session_state, "defaults", "default")
+        broadcast_to_user(request.user.pk, rendering.render_session_item_to_top(session))
+        return redirect("chat:session", session.session_id)
+    return render(request, "chatapp/new_session.html", {"form": form, "assistants": ASSISTANTS.values()},
+                  status=400 if form.errors else 200)
+
+
+@login_required
+@require_GET
+def session_page(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    return render_chat_page(request, owned_session(request, session_id))
+
+
+@login_required
+@require_GET
+def transcript_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Older runs (before run pk `before`), with their own "Load earlier" link when there are more."""
+    session = owned_session(request, session_id)
+    before = request.GET.get("before", "")
+    if not before.isdigit():
+        raise Http404("Missing or bad 'before'.")
+    runs = rendering.transcript_runs(session, before=int(before))
+    context = {"session": session, "runs": runs, "run_views": [rendering.run_view(run) for run in runs]}
+    template = "chatapp/_transcript_runs.html" if request.htmx else "chatapp/transcript_earlier.html"
+    return render(request, template, context)
+
+
+@login_required
+@require_GET
+def trash(request: HtmxHttpRequest) -> HttpResponse:
+    return render(request, "chatapp/trash.html", {"sessions": trashed_sessions(request.user)})

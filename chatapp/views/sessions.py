@@ -1,0 +1,139 @@
+"""Sidebar actions on one session (rename, pin, delete, restore, delete forever, retitle) and the list pages.
+
+Each change re-renders the affected fragment for the requesting tab and broadcasts it to the
+user's other tabs through the user's channel group.
+"""
+
+from __future__ import annotations
+
+from asgiref.sync import async_to_sync
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from sessions_core.models import ChatSession, NameSource
+
+from .. import live, rendering
+from ..broadcast import broadcast_to_user
+from ..forms import RenameForm
+from ..sidebar import filter_sessions, sidebar_page
+from .common import HtmxHttpRequest, current_session_id, is_current, next_url, owned_session
+
+
+def _row(request: HtmxHttpRequest, session: ChatSession, status: int = 200, **extra) -> HttpResponse:
+    html = rendering.render_session_item(session, current=is_current(request, session), **extra)
+    return HttpResponse(html, status=status)
+
+
+def _list_html(request: HtmxHttpRequest) -> str:
+    return rendering.render_session_list(request.user, current_session_id=current_session_id(request))
+
+
+def _back(request: HtmxHttpRequest, session: ChatSession) -> HttpResponse:
+    return redirect(next_url(request, reverse("chat:session", args=[session.session_id])))
+
+
+@login_required
+@require_GET
+def session_list_hx(request: HtmxHttpRequest) -> HttpResponse:
+    """A further page of the sidebar (after `cursor`), or the first page."""
+    page = sidebar_page(request.user, cursor=request.GET.get("cursor") or None)
+    template = "chatapp/_session_list.html" if page.first else "chatapp/_session_page.html"
+    return render(request, template, {"page": page, "current_session_id": current_session_id(request)})
+
+
+@login_required
+@require_GET
+def session_filter_hx(request: HtmxHttpRequest) -> HttpResponse:
+    text = request.GET.get("q", "").strip()[:200]
+    sessions = filter_sessions(request.user, text) if text else []
+    return render(request, "chatapp/_session_filter.html", {"q": text, "sessions": sessions})
+
+
+@login_required
+@require_POST
+def session_rename_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = owned_session(request, session_id, sidebar_only=True)
+    form = RenameForm(request.POST)
+    if not form.is_valid():
+        error = form.errors["name"][0]
+        if request.htmx:
+            return _row(request, session, status=422, editing=True, error=error)
+        messages.error(request, error)
+        return _back(request, session)
+    session.name, session.name_source = form.cleaned_data["name"], NameSource.USER
+    session.save(update_fields=["name", "name_source"])
+    broadcast_to_user(request.user.pk, rendering.render_session_item(session, oob="true"))
+    return _row(request, session) if request.htmx else _back(request, session)
+
+
+@login_required
+@require_POST
+def session_pin_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = owned_session(request, session_id, sidebar_only=True)
+    # The form says which state it wants, so two tabs clicking at once agree instead of toggling twice.
+    session.pinned_at = timezone.now() if request.POST.get("pinned") == "1" else None
+    session.save(update_fields=["pinned_at"])
+    broadcast_to_user(request.user.pk, rendering.render_session_list(request.user, oob=True))
+    return HttpResponse(_list_html(request)) if request.htmx else _back(request, session)
+
+
+@login_required
+@require_POST
+def session_delete_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Move a session to the trash (soft delete); the toast's Undo restores it."""
+    session = owned_session(request, session_id, sidebar_only=True)
+    if session.deleted_at is None:
+        session.deleted_at = timezone.now()
+        session.save(update_fields=["deleted_at"])
+    broadcast_to_user(request.user.pk, f'<li id="session-item-{session.pk}" hx-swap-oob="delete"></li>')
+    if request.htmx:
+        return HttpResponse(render_to_string("chatapp/_undo_toast.html", {"s": session}, request=request))
+    messages.success(request, f"Moved “{session.name or 'New chat'}” to the trash.")
+    return redirect("chat:index")
+
+
+@login_required
+@require_POST
+def session_restore_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = owned_session(request, session_id, sidebar_only=True)
+    if session.deleted_at is not None:
+        session.deleted_at = None
+        session.save(update_fields=["deleted_at"])
+    broadcast_to_user(request.user.pk, rendering.render_session_list(request.user, oob=True))
+    if not request.htmx:
+        return _back(request, session)
+    toast_gone = f'<div id="toast-{session.pk}" hx-swap-oob="delete"></div>'
+    if request.htmx.target == "session-list":  # the Undo toast: the refreshed list
+        return HttpResponse(_list_html(request) + toast_gone)
+    return HttpResponse(toast_gone)  # a trash row: removed
+
+
+@login_required
+@require_POST
+def session_destroy_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Delete a trashed session for good (runs, messages and state changes go with it)."""
+    session = owned_session(request, session_id, sidebar_only=True)
+    if session.deleted_at is None:
+        return HttpResponse("Move the session to the trash first.", status=409)
+    title = session.name or "New chat"
+    session.delete()
+    if request.htmx:
+        return HttpResponse("")
+    messages.success(request, f"Deleted “{title}” for good.")
+    return redirect("chat:trash")
+
+
+@login_required
+@require_POST
+def session_retitle_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Regenerate the title with the model (the same job as the socket's regenerate_title, which pushes the row)."""
+    session = owned_session(request, session_id, sidebar_only=True)
+    async_to_sync(live.regenerate_title)(session, request.user)
+    session.refresh_from_db(fields=["name", "name_source"])
+    return _row(request, session) if request.htmx else _back(request, session)

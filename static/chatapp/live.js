@@ -1,0 +1,136 @@
+// The live chat: keyboard, Stop/Retry/queue actions over the websocket, busy state, auto-scroll,
+// resuming after a reconnect. (chat.js keeps aria-current right after sidebar swaps.)
+// htmx's ws extension does the socket and the swaps; this file only adds what htmx cannot do.
+(function () {
+  "use strict";
+
+  const transcript = () => document.getElementById("transcript");
+  const runningRuns = () => Array.from(document.querySelectorAll('#transcript .run[data-status="running"]'));
+  let connections = 0;
+
+  // Every (re)connect says what the page already shows, so the server sends only what it missed:
+  // the newest run on the page, the runs it shows as running, and whether this is a reconnect.
+  const makeSocket = htmx.createWebSocket;
+  htmx.createWebSocket = function (url) {
+    const full = new URL(url, window.location.href);
+    const runs = document.querySelectorAll("#transcript .run[data-run-id]");
+    full.searchParams.set("last_run", runs.length ? runs[runs.length - 1].dataset.runId : "");
+    const running = runningRuns().map((run) => run.dataset.runId).join(",");
+    if (running) full.searchParams.set("running", running);
+    if (connections++ > 0) full.searchParams.set("reconnect", "1");
+    return makeSocket(full.toString());
+  };
+
+  // One hidden ws-send form carries Stop, Retry and queue actions.
+  function act(type, fields) {
+    const form = document.getElementById("live-action");
+    if (!form) return;
+    form.elements.type.value = type;
+    form.elements.run_id.value = (fields && fields.run_id) || "";
+    form.elements.queued_id.value = (fields && fields.queued_id) || "";
+    form.requestSubmit();
+  }
+
+  function stop() {
+    const running = runningRuns();
+    act("stop", { run_id: running.length ? running[running.length - 1].dataset.runId : "" });
+  }
+
+  // Busy state follows the DOM: a run shown as running means Stop is on and the log is busy.
+  function syncBusy() {
+    const busy = runningRuns().length > 0;
+    const log = transcript();
+    if (log) log.setAttribute("aria-busy", busy ? "true" : "false");
+    const button = document.getElementById("stop-button");
+    if (!button) return;
+    if (!busy && document.activeElement === button) {
+      const box = document.getElementById("composer-text");
+      if (box) box.focus();  // do not leave focus on a button that disappears
+    }
+    button.hidden = button.disabled = !busy;
+  }
+
+  // Stay at the bottom while the user is there; leave them alone when they scrolled up to read.
+  let pinned = true;
+  function atBottom() {
+    const box = transcript();
+    return !box || box.scrollHeight - box.scrollTop - box.clientHeight < 48;
+  }
+  function toBottom() {
+    const box = transcript();
+    if (box) box.scrollTop = box.scrollHeight;
+  }
+
+  // The queue of waiting messages takes no room while it is empty.
+  function syncQueue() {
+    const queue = document.getElementById("queue");
+    if (queue) queue.hidden = queue.children.length === 0;
+  }
+
+  document.addEventListener("keydown", (event) => {
+    const box = event.target;
+    if (box && box.id === "composer-text" && event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      if (box.value.trim()) box.form.requestSubmit();
+    } else if (event.key === "Escape" && runningRuns().length && !event.defaultPrevented) {
+      // Esc inside an open rename field cancels the rename instead (that handler prevents default).
+      if (box && box.closest && box.closest(".rename-form")) return;
+      event.preventDefault();
+      stop();
+    }
+  });
+
+  document.addEventListener("click", (event) => {
+    const target = event.target.closest("#stop-button, .retry[data-run-id], .queued-cancel[data-queued-id]");
+    if (!target) return;
+    event.preventDefault();
+    if (target.id === "stop-button") stop();
+    else if (target.classList.contains("retry")) act("retry", { run_id: target.dataset.runId });
+    else act("stop", { queued_id: target.dataset.queuedId });
+  });
+
+  document.addEventListener("htmx:wsAfterSend", (event) => {
+    const form = event.target;
+    if (form && form.id === "composer") {
+      form.reset();
+      const box = document.getElementById("composer-text");
+      if (box) box.focus();
+      pinned = true;
+      toBottom();
+    }
+  });
+
+  document.addEventListener("htmx:wsBeforeMessage", () => {
+    pinned = atBottom();
+  });
+
+  document.addEventListener("htmx:wsAfterMessage", () => {
+    syncBusy();
+    syncQueue();
+    if (pinned) toBottom();
+  });
+
+  // A run fragment for a run this page never saw (it started while the page loaded): append it.
+  document.body.addEventListener("htmx:oobErrorNoTarget", (event) => {
+    const content = event.detail && event.detail.content;
+    const run = content && (content.matches(".run[id^='run-']") ? content : null);
+    const log = transcript();
+    if (run && log && !document.getElementById(run.id)) {
+      log.appendChild(run);
+      htmx.process(run);
+    }
+  });
+
+  // The socket's state on the element that owns it: data-live="open" / "closed" (styles, tests).
+  document.addEventListener("htmx:wsOpen", (event) => {
+    event.target.dataset.live = "open";
+    syncBusy();
+  });
+  document.addEventListener("htmx:wsClose", (event) => {
+    event.target.dataset.live = "closed";
+  });
+  document.addEventListener("DOMContentLoaded", () => {
+    syncBusy();
+    syncQueue();
+  });
+})();

@@ -1,0 +1,126 @@
+"""The assistants registry, the shopping-list tools, and each assistant end to end."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import TestCase, override_settings
+
+from chatapp import assistants
+from chatapp.assistants import (
+    ASSISTANTS,
+    add_item,
+    clear_list,
+    get_assistant,
+    list_items,
+    remove_item,
+    reset_assistants,
+)
+from sessions_core.llm import OfflineModel, OpenAIChat
+from sessions_core.models import ChatSession, StateChange
+from sessions_core.tools import RunContext
+from tests.factories import make_session, make_user
+from tests.llm_server import Text, ToolCalls
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registry():
+    reset_assistants()
+    yield
+    reset_assistants()
+
+
+def test_the_registry_offers_general_shopping_and_agentic_notes():
+    assert list(ASSISTANTS) == ["general", "shopping", "notes"]
+    general, shopping, notes = (get_assistant(name) for name in ASSISTANTS)
+    assert general.add_history_to_context and general.markdown
+    assert set(shopping.functions()) == {"add_item", "remove_item", "list_items", "clear_list"}
+    assert shopping.session_state == {"shopping_list": []} and shopping.add_session_state_to_context
+    assert notes.enable_agentic_state and notes.add_session_state_to_context
+    assert notes.session_state == {"shopping_list": [], "notes": []}
+    assert "update_session_state" in notes.functions()
+
+
+def test_each_assistant_is_built_once_until_reset():
+    first = get_assistant("general")
+    assert get_assistant("general") is first
+    reset_assistants()
+    assert get_assistant("general") is not first
+
+
+def test_an_unknown_assistant_is_a_key_error():
+    with pytest.raises(KeyError):
+        get_assistant("nope")
+
+
+@override_settings(OPENAI_API_KEY="", OPENAI_BASE_URL="")
+def test_without_model_settings_the_offline_model_answers():
+    assert isinstance(get_assistant("general").model, OfflineModel)
+
+
+def test_model_settings_point_the_assistants_at_that_server(llm_server):
+    with override_settings(OPENAI_BASE_URL=llm_server.base_url, OPENAI_API_KEY="k", OPENAI_MODEL="m-1"):
+        model = get_assistant("shopping").model
+    assert isinstance(model, OpenAIChat) and model.id == "m-1"
+
+
+def context(items=None) -> RunContext:
+    return RunContext(run_id="r", session_id="s", session_state={"shopping_list": list(items or [])})
+
+
+def test_add_item_ignores_case_duplicates():
+    ctx = context(["Milk"])
+    assert "already on the list" in add_item(ctx, "milk")
+    add_item(ctx, " eggs ")
+    assert ctx.session_state["shopping_list"] == ["Milk", "eggs"]
+    assert add_item(ctx, "  ").startswith("Error")
+
+
+def test_remove_list_and_clear():
+    ctx = context(["Milk", "eggs"])
+    assert remove_item(ctx, "MILK") == "Removed Milk."
+    assert remove_item(ctx, "bread").startswith("Error")
+    assert list_items(ctx) == "Shopping list: eggs"
+    clear_list(ctx)
+    assert ctx.session_state["shopping_list"] == [] and list_items(ctx) == "The list is empty."
+
+
+def test_a_broken_stored_list_is_replaced_rather_than_crashing():
+    ctx = RunContext(run_id="r", session_id="s", session_state={"shopping_list": "oops"})
+    add_item(ctx, "milk")
+    assert ctx.session_state["shopping_list"] == ["milk"]
+
+
+class TestEndToEnd(TestCase):
+    @pytest.fixture(autouse=True)
+    def _server(self, llm_server):
+        self.llm = llm_server
+
+    def setUp(self):
+        self.alice = make_user("alice")
+
+    def test_the_shopping_assistant_keeps_the_list_through_its_tools(self):
+        session = make_session(owner=self.alice, component_id="shopping")
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"}), ("add_item", {"item": "Milk"}),
+                                ("add_item", {"item": "eggs"})]), Text("Added milk and eggs."))
+        with override_settings(OPENAI_BASE_URL=self.llm.base_url, OPENAI_API_KEY="k", OPENAI_MAX_RETRIES=0):
+            output = get_assistant("shopping").run("add milk and eggs", session_id=session.session_id,
+                                                   user_id=self.alice)
+        assert output.content == "Added milk and eggs."
+        session.refresh_from_db()
+        assert session.session_state == {"shopping_list": ["milk", "eggs"]}
+        assert {c.source for c in StateChange.objects.filter(session=session)} >= {"tool:add_item"}
+        system = self.llm.requests[0]["messages"][0]["content"]
+        assert "shopping_list" in system  # the state is in the context
+
+    @override_settings(OPENAI_API_KEY="", OPENAI_BASE_URL="", OFFLINE_MODEL_DELAY=0)
+    def test_the_notes_assistant_edits_its_own_state_with_the_offline_model(self):
+        session = make_session(owner=self.alice, component_id="notes")
+        agent = get_assistant("notes")
+        agent.run("add milk and eggs", session_id=session.session_id, user_id=self.alice)
+        output = agent.run("what is on my list?", session_id=session.session_id, user_id=self.alice)
+        session.refresh_from_db()
+        assert session.session_state == {"shopping_list": ["milk", "eggs"], "notes": []}
+        assert StateChange.objects.filter(session=session, source="agentic").exists()
+        assert "milk" in output.content and "eggs" in output.content
+        assert assistants.assistant_name("notes") == "Notes and list"
+        assert ChatSession.objects.get(pk=session.pk).component_id == "notes"

@@ -1,0 +1,211 @@
+"""Fragments as strings: sanitized markdown, runs, the transcript slice and the state tree."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import pytest
+from django.db import connection
+from django.test import TestCase
+from django.test.utils import CaptureQueriesContext
+
+from chatapp import rendering, state_view
+from sessions_core.models import Message, Run, RunStatus
+from tests.factories import make_run, make_session, make_user
+
+ATTACKS = [
+    "<script>alert(1)</script>",
+    '<img src=x onerror="alert(1)">',
+    "[click](javascript:alert(1))",
+    "[click](JaVaScRiPt:alert(1))",
+    "<a href=\"javascript:alert(1)\">x</a>",
+    "![x](javascript:alert(1))",
+    "<svg onload=alert(1)>",
+    "<iframe src=\"https://evil.example\"></iframe>",
+    "```html\n</code></pre><script>alert(1)</script>\n```",
+    "<div style=\"background:url(javascript:alert(1))\">x</div>",
+    "[x](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)",
+]
+
+
+class Elements(HTMLParser):
+    """Every element and attribute in a fragment, as a browser would parse it."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.feed(html)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def assert_harmless(html: str) -> None:
+    for tag, attrs in Elements(html).tags:
+        assert tag not in {"script", "iframe", "svg", "img", "object", "embed", "style"}, tag
+        for name, value in attrs.items():
+            assert not name.startswith("on"), (tag, name)
+            assert name != "style" or "url" not in (value or ""), (tag, value)
+            if name in ("href", "src"):
+                assert (value or "").split(":")[0].lower() in ("http", "https", "mailto") or ":" not in value, value
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_model_output_cannot_carry_active_content(attack):
+    assert_harmless(rendering.render_markdown(f"Hello\n\n{attack}\n\nbye"))
+
+
+def test_raw_html_is_shown_as_text():
+    html = rendering.render_markdown("<script>alert(1)</script> and <b>bold</b>")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "&lt;b&gt;bold&lt;/b&gt;" in html
+
+
+def test_markdown_renders_links_tables_and_emphasis():
+    html = rendering.render_markdown("**bold** [site](https://example.com)\n\n| a | b |\n|---|---|\n| 1 | 2 |")
+    assert "<strong>bold</strong>" in html
+    assert '<a href="https://example.com" rel="noopener noreferrer nofollow">site</a>' in html
+    assert "<table>" in html and "<td>1</td>" in html
+
+
+def test_code_blocks_are_highlighted_with_a_copy_button():
+    html = rendering.render_markdown("```python\ndef f():\n    return '<b>'\n```")
+    assert '<button type="button" class="copy-code">Copy</button>' in html
+    assert '<span class="code-lang">python</span>' in html
+    assert '<span class="k">def</span>' in html
+    assert "&lt;b&gt;" in html and "<b>" not in html
+
+
+def test_code_in_an_unknown_language_is_escaped_text():
+    html = rendering.render_markdown("```nosuchlang\n<script>x</script>\n```")
+    assert "&lt;script&gt;x&lt;/script&gt;" in html
+    assert_harmless(html)
+
+
+class TestRunFragment(TestCase):
+    def setUp(self):
+        self.session = make_session(owner=make_user("alice"))
+
+    def test_user_text_is_escaped_text_not_markdown(self):
+        run = make_run(self.session, user_text="<script>alert(1)</script> **not bold** <img src=x onerror=alert(1)>")
+        html = rendering.render_run(run)
+        assert "&lt;script&gt;alert(1)&lt;/script&gt; **not bold** &lt;img src=x onerror=alert(1)&gt;" in html
+        assert_harmless(html)
+
+    def test_a_finished_reply_is_sanitized_markdown(self):
+        run = make_run(self.session, reply="Use **this** <script>alert(1)</script>")
+        html = rendering.render_run(run)
+        assert "<strong>this</strong>" in html and "&lt;script&gt;" in html
+        assert_harmless(html)
+        assert f'<article id="run-{run.run_id}" class="run" data-status="completed"' in html
+        assert f'<div class="reply" id="reply-{run.run_id}">' in html
+
+    def test_a_running_reply_is_escaped_text_without_a_footer(self):
+        run = make_run(self.session, reply=None, status=RunStatus.RUNNING)
+        Run.objects.filter(pk=run.pk).update(content="**so far** <script>")
+        run.refresh_from_db()
+        html = rendering.render_run(run)
+        assert f'<div class="reply streaming" id="reply-{run.run_id}">**so far** &lt;script&gt;</div>' in html
+        assert "run-meta" not in html
+
+    def test_the_footer_shows_model_tokens_and_timings(self):
+        run = make_run(self.session, model_id="gpt-test", metrics={
+            "input_tokens": 120, "output_tokens": 34, "time_to_first_token": 0.2345, "duration": 1.5})
+        html = rendering.render_run(run)
+        for text in ("gpt-test", "120 in / 34 out tokens", "first token 0.23 s", "1.50 s"):
+            assert text in html
+
+    def test_stopped_and_failed_runs_say_so(self):
+        stopped = make_run(self.session, reply="half", status=RunStatus.CANCELLED)
+        assert "Stopped." in rendering.render_run(stopped)
+        failed = make_run(self.session, reply=None, status=RunStatus.ERROR, error="The model is overloaded <b>")
+        html = rendering.render_run(failed)
+        assert f'<button type="button" class="retry button small" data-run-id="{failed.run_id}">Retry</button>' in html
+        assert "The model is overloaded &lt;b&gt;" in html and 'role="alert"' in html
+
+    def test_tool_calls_are_collapsible_rows_with_arguments_and_results(self):
+        run = make_run(self.session, user_text="add milk", reply="Added milk.")
+        seq = self.session.last_seq
+        Message.objects.bulk_create([
+            Message(session=self.session, run=run, seq=seq + 1, role="assistant", content="",
+                    tool_calls=[{"id": "call_1", "name": "add_item", "arguments": '{"item": "milk"}'},
+                                {"id": "call_2", "name": "remove_item", "arguments": '{"item": "<x>"}'}]),
+            Message(session=self.session, run=run, seq=seq + 2, role="tool", tool_call_id="call_1",
+                    tool_name="add_item", content="Added milk."),
+            Message(session=self.session, run=run, seq=seq + 3, role="tool", tool_call_id="call_2",
+                    tool_name="remove_item", content="Error: <x> is not on the list.", tool_error=True),
+        ])
+        html = rendering.render_run(run)
+        assert f'<details class="tool-call" id="tool-{run.run_id}-call_1">' in html
+        assert '<code class="tool-name">add_item</code>' in html
+        assert "{\n  &quot;item&quot;: &quot;milk&quot;\n}" in html  # arguments pretty-printed
+        assert "Added milk." in html
+        assert f'<details class="tool-call tool-error" id="tool-{run.run_id}-call_2">' in html
+        assert "Error: &lt;x&gt; is not on the list." in html
+        assert html.index("call_1") < html.index("call_2") < html.index(f'id="reply-{run.run_id}"')
+
+    def test_a_live_tool_call_renders_with_the_same_template(self):
+        html = rendering.render_tool_call("r1", rendering.ToolCallView("call_9", "list_items", "{}"))
+        assert '<details class="tool-call pending" id="tool-r1-call_9">' in html and "running…" in html
+
+
+class TestTranscriptRuns(TestCase):
+    def setUp(self):
+        self.session = make_session(owner=make_user("alice"))
+
+    def test_it_returns_the_last_runs_oldest_first_without_system_messages_or_child_runs(self):
+        runs = [make_run(self.session, user_text=f"q{n}") for n in range(5)]
+        Message.objects.create(session=self.session, run=runs[0], seq=999, role="system", content="secret prompt")
+        Run.objects.create(session=self.session, parent_run=runs[1], input="member step")
+        page = rendering.transcript_runs(self.session, limit=3)
+        assert [run.pk for run in page] == [r.pk for r in runs[2:]]
+        assert page.has_earlier and page.earliest_id == runs[2].pk
+        earlier = rendering.transcript_runs(self.session, before=runs[2].pk, limit=3)
+        assert [run.pk for run in earlier] == [runs[0].pk, runs[1].pk] and not earlier.has_earlier
+        assert all(m.role != "system" for run in earlier for m in run.shown_messages)
+
+    def test_the_number_of_queries_does_not_grow_with_the_runs(self):
+        for n in range(30):
+            make_run(self.session, user_text=f"q{n}")
+        with CaptureQueriesContext(connection) as queries:
+            html = "".join(rendering.render_run(run) for run in rendering.transcript_runs(self.session))
+        assert html.count('class="run"') == 30
+        assert len(queries) == 2  # runs, then their messages
+
+
+class TestStateTree:
+    def test_lists_nested_objects_and_changed_keys(self):
+        html = state_view.tree({"list": ["a", 2, True, None], "nested": {"deep": {"x": []}}, "n": 1.5},
+                               changed_keys=["nested"])
+        assert '<ol class="state-list" start="0"><li><span class="json-string">a</span></li>' in html
+        assert '<span class="json-number">2</span>' in html and '<span class="json-literal">true</span>' in html
+        assert '<span class="json-literal">null</span>' in html
+        assert '<div class="state-entry changed" data-key="nested">' in html
+        assert '<div class="state-entry" data-key="list">' in html
+        assert html.count('<details class="state-object" open>') == 2
+        assert '<span class="json-empty">empty list</span>' in html
+
+    def test_keys_and_values_are_escaped(self):
+        html = state_view.tree({"<b>key": "<script>alert(1)</script>"})
+        assert "&lt;b&gt;key" in html and "&lt;script&gt;" in html
+        assert_harmless(html)
+
+    def test_very_deep_values_are_shown_as_json(self):
+        deep = {}
+        for _ in range(30):
+            deep = {"d": deep}
+        html = state_view.tree({"root": deep})
+        assert html.count("<details") == state_view.MAX_DEPTH + 1  # depths 0..MAX_DEPTH, then JSON text
+        assert "<code>{&quot;d&quot;: {&quot;d&quot;" in html
+
+    def test_an_empty_state(self):
+        assert "The state is empty." in state_view.tree({})
+
+    def test_patch_operations_read_as_lines(self):
+        assert state_view.readable_path("/shopping_list/0") == "shopping_list[0]"
+        assert state_view.readable_path("/notes/title") == "notes.title"
+        assert state_view.readable_path("/a~1b") == "a/b"
+        assert state_view.describe_op({"op": "add", "path": "/l/1", "value": "eggs"}) == {
+            "op": "add", "symbol": "+", "path": "l[1]", "value": '"eggs"'}
+        assert state_view.describe_op({"op": "move", "from": "/a", "path": "/b"})["source"] == "a"
+        long = state_view.describe_op({"op": "replace", "path": "/x", "value": "y" * 500})["value"]
+        assert len(long) == state_view.VALUE_CHARS and long.endswith("…")

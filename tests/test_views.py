@@ -1,0 +1,503 @@
+"""The chat pages and sidebar actions, each as a plain and as an htmx request."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.contrib.messages import get_messages
+from django.db import connection
+from django.test import Client, override_settings
+from django.test.utils import CaptureQueriesContext
+from django.urls import URLPattern, reverse
+from django.utils import timezone
+
+from chatapp import rendering
+from chatapp import urls as chat_urls
+from chatapp.assistants import reset_assistants
+from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus, StateChange
+from tests.factories import make_run, make_session, make_user
+from tests.llm_server import Text
+from tests.web_helpers import HX, GroupListener, WebTestCase, headings, item_ids
+
+# Every URL that names a session: (method, url name, POST data or GET query).
+SESSION_URLS = [
+    ("get", "chat:session", {}),
+    ("get", "chat:transcript_hx", {"before": "999999"}),
+    ("post", "chat:session_rename_hx", {"name": "Mine now"}),
+    ("post", "chat:session_pin_hx", {"pinned": "1"}),
+    ("post", "chat:session_delete_hx", {}),
+    ("post", "chat:session_restore_hx", {}),
+    ("post", "chat:session_destroy_hx", {}),
+    ("post", "chat:session_retitle_hx", {}),
+    ("get", "chat:state_panel_hx", {}),
+    ("post", "chat:state_edit_hx", {"state": '{"taken": true}', "version": "0"}),
+    ("get", "chat:state_version_hx", {}),
+]
+OTHER_URLS = [
+    ("get", "chat:index", {}),
+    ("get", "chat:new", {}),
+    ("post", "chat:new", {"assistant": "general"}),
+    ("get", "chat:trash", {}),
+    ("get", "chat:session_list_hx", {}),
+    ("get", "chat:session_filter_hx", {"q": "x"}),
+]
+
+
+@pytest.fixture(autouse=True)
+def _fast_hashers(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def session_url(name: str, session: ChatSession) -> str:
+    args = [session.session_id, 0] if name == "chat:state_version_hx" else [session.session_id]
+    return reverse(name, args=args)
+
+
+def test_every_session_url_is_in_the_ownership_list():
+    """A new session URL must be added to SESSION_URLS, so the 404/CSRF/login checks cover it."""
+    named = {f"chat:{p.name}" for p in chat_urls.chat_patterns
+             if isinstance(p, URLPattern) and "session_id" in p.pattern.regex.pattern}
+    assert named == {name for _, name, _ in SESSION_URLS}
+
+
+@pytest.fixture
+def alice_bob(db):
+    alice, bob = make_user("alice"), make_user("bob", password="pw-bob-123")
+    bobs = make_session(owner=bob, name="Bob's secret", session_state={"secret": 1}, state_version=0)
+    make_run(bobs, user_text="private", reply="private reply")
+    return alice, bob, bobs
+
+
+@pytest.mark.parametrize(("method", "name", "data"), SESSION_URLS)
+@pytest.mark.parametrize("htmx", [False, True])
+def test_another_users_session_is_a_404_and_untouched(client, alice_bob, method, name, data, htmx):
+    alice, bob, bobs = alice_bob
+    if name in ("chat:session_restore_hx", "chat:session_destroy_hx"):
+        ChatSession.objects.filter(pk=bobs.pk).update(deleted_at=timezone.now())
+    client.force_login(alice)
+    response = getattr(client, method)(session_url(name, bobs), data, headers=HX if htmx else {})
+    assert response.status_code == 404
+    bobs_now = ChatSession.objects.get(pk=bobs.pk)
+    assert (bobs_now.name, bobs_now.name_source, bobs_now.pinned_at) == ("Bob's secret", "", None)
+    assert bobs_now.session_state == {"secret": 1} and bobs_now.state_version == 0
+    assert b"private" not in response.content
+
+
+@pytest.mark.parametrize(("method", "name", "data"), SESSION_URLS + OTHER_URLS)
+def test_anonymous_users_are_sent_to_log_in(client, alice_bob, method, name, data):
+    _, _, bobs = alice_bob
+    url = session_url(name, bobs) if (method, name, data) in SESSION_URLS else reverse(name)
+    response = getattr(client, method)(url, data)
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login") + "?next=")
+    assert ChatSession.objects.get(pk=bobs.pk).name == "Bob's secret"
+
+
+POST_URLS = [(name, data) for method, name, data in SESSION_URLS if method == "post"]
+
+
+@pytest.mark.parametrize(("name", "data"), POST_URLS + [("chat:new", {"assistant": "general"})])
+def test_every_post_needs_the_csrf_token(db, name, data):
+    alice = make_user("alice")
+    session = make_session(owner=alice, name="Mine", deleted_at=timezone.now() if name.endswith("destroy_hx") else None)
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    url = reverse(name) if name == "chat:new" else session_url(name, session)
+    before = ChatSession.objects.count()
+    assert client.post(url, data, headers=HX).status_code == 403
+    assert ChatSession.objects.count() == before
+    assert ChatSession.objects.get(pk=session.pk).name == "Mine"
+    # The page hands out the token; htmx sends it back in the header set on <body>.
+    page = client.get(reverse("chat:session", args=[session.session_id]) if name != "chat:new" else reverse("chat:new"))
+    token = page.cookies["csrftoken"].value
+    assert 'hx-headers=\'{"X-CSRFToken": "' in page.content.decode()
+    assert client.post(url, data, headers={**HX, "X-CSRFToken": token}).status_code != 403
+
+
+@pytest.mark.parametrize("url_name", ["logout", "signup", "login"])
+def test_account_posts_need_the_csrf_token(db, url_name):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(make_user("alice"))
+    assert client.post(reverse(url_name), {"username": "x", "password": "y"}).status_code == 403
+
+
+class TestIndexAndNewSession(WebTestCase):
+    def test_index_opens_the_newest_live_session(self):
+        newer = make_session(owner=self.alice, name="Newer")
+        make_session(owner=self.alice, name="Trashed", deleted_at=timezone.now())
+        make_session(owner=self.bob, name="Bob's")
+        response = self.client.get(reverse("chat:index"))
+        assert response["Location"] == reverse("chat:session", args=[newer.session_id])
+
+    def test_index_without_sessions_asks_for_an_assistant(self):
+        ChatSession.objects.all().delete()
+        assert self.client.get(reverse("chat:index"))["Location"] == reverse("chat:new")
+
+    def test_new_session_defaults_to_the_last_used_assistant(self):
+        make_session(owner=self.alice, component_id="notes")
+        make_session(owner=self.bob, component_id="general")  # Bob's choice is not Alice's default
+        html = self.client.get(reverse("chat:new")).content.decode()
+        assert re.search(r'value="notes" checked', html)
+        assert html.count(" checked") == 1
+        for label in ("General assistant", "Shopping list", "Notes and list"):
+            assert label in html
+
+    def test_creating_a_session_records_the_assistants_defaults_and_tells_other_tabs(self):
+        listener = GroupListener(f"user.{self.alice.pk}")
+        response = self.client.post(reverse("chat:new"), {"assistant": "shopping"})
+        session = ChatSession.objects.for_user(self.alice).latest("id")
+        assert response["Location"] == reverse("chat:session", args=[session.session_id])
+        assert (session.component_id, session.session_state, session.state_version) == (
+            "shopping", {"shopping_list": []}, 1)
+        assert StateChange.objects.get(session=session).source == "defaults"
+        (pushed,) = listener.html()
+        assert f'<li id="session-item-{session.pk}" hx-swap-oob="delete">' in pushed
+        assert f'<div hx-swap-oob="afterend:#group-today"><li id="session-item-{session.pk}"' in pushed
+
+    def test_an_unknown_assistant_is_refused(self):
+        before = ChatSession.objects.count()
+        response = self.client.post(reverse("chat:new"), {"assistant": "hacker"})
+        assert response.status_code == 400
+        assert ChatSession.objects.count() == before
+
+
+class TestChatPage(WebTestCase):
+    def test_the_page_has_three_panes_the_socket_and_the_composer(self):
+        make_run(self.session, user_text="add milk", reply="Added **milk**.")
+        html = self.client.get(reverse("chat:session", args=[self.session.session_id])).content.decode()
+        assert f'ws-connect="/ws/sessions/{self.session.session_id}/"' in html
+        assert 'hx-ext="ws"' in html
+        assert 'id="sidebar"' in html and 'id="state-panel"' in html and 'id="transcript"' in html
+        assert 'role="log"' in html and 'aria-busy="false"' in html
+        assert 'id="run-status"' in html and 'role="status"' in html
+        assert '<form id="composer"' in html and 'name="text"' in html
+        assert "<strong>milk</strong>" in html
+        link = rf'<a class="session-link" href="[^"]+{self.session.session_id}/"[^>]*aria-current="page"'
+        assert re.search(link, html)
+
+    def test_a_running_reply_shows_its_text_so_far_escaped_and_marks_the_log_busy(self):
+        run = make_run(self.session, user_text="hi", reply=None, status=RunStatus.RUNNING)
+        Run.objects.filter(pk=run.pk).update(content="partial <b>text")
+        html = self.client.get(reverse("chat:session", args=[self.session.session_id])).content.decode()
+        assert 'aria-busy="true"' in html
+        assert f'<div class="reply streaming" id="reply-{run.run_id}">partial &lt;b&gt;text</div>' in html
+
+    def test_long_transcripts_show_the_last_50_runs_and_load_earlier_ones(self):
+        runs = [make_run(self.session, user_text=f"question {n}", reply=f"answer {n}") for n in range(53)]
+        html = self.client.get(reverse("chat:session", args=[self.session.session_id])).content.decode()
+        assert "question 2<" not in html and "question 3<" in html and "question 52<" in html
+        earlier = reverse("chat:transcript_hx", args=[self.session.session_id]) + f"?before={runs[3].pk}"
+        assert f'hx-get="{earlier}"' in html
+        fragment = self.hx_get(earlier).content.decode()
+        assert "<html" not in fragment
+        assert [f"question {n}" for n in range(3)] == re.findall(r"question \d+", fragment)
+        assert "Load earlier" not in fragment
+        plain = self.client.get(earlier).content.decode()
+        assert "<html" in plain and "question 0" in plain
+
+    def test_a_trashed_session_opens_with_a_restore_banner(self):
+        ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now())
+        html = self.client.get(reverse("chat:session", args=[self.session.session_id])).content.decode()
+        assert "This chat is in the trash." in html
+        assert reverse("chat:session_restore_hx", args=[self.session.session_id]) in html
+
+    def test_the_page_costs_the_same_queries_however_long_the_history(self):
+        def page_queries():
+            with CaptureQueriesContext(connection) as queries:
+                assert self.client.get(reverse("chat:session", args=[self.session.session_id])).status_code == 200
+            return len(queries)
+
+        make_run(self.session)
+        few = page_queries()
+        for n in range(60):
+            make_run(self.session, user_text=f"q{n}")
+            make_session(owner=self.alice, name=f"s{n}")
+        assert page_queries() == few <= 9
+
+    def test_session_ids_outside_the_url_alphabet_do_not_route(self):
+        assert self.client.get("/s/bad%20id/").status_code == 404
+
+
+class TestSidebarList(WebTestCase):
+    def _sessions(self, count, at, step=timedelta(0), **fields):
+        return [make_session(owner=self.alice, name=f"s{n}", last_activity_at=at - step * n, **fields)
+                for n in range(count)]
+
+    def test_keyset_pages_have_no_duplicates_or_gaps_when_timestamps_tie(self):
+        ChatSession.objects.all().delete()
+        now = timezone.now()
+        # 75 sessions in 15 runs of 5 that share one timestamp, so page edges fall inside ties.
+        created = [make_session(owner=self.alice, name=f"s{n}", last_activity_at=now - timedelta(minutes=n // 5))
+                   for n in range(75)]
+        make_session(owner=self.bob, last_activity_at=now)
+        expected = [s.pk for s in sorted(created, key=lambda s: (s.last_activity_at, s.pk), reverse=True)]
+        seen, url, sizes = [], reverse("chat:session_list_hx"), []
+        while url:
+            html = self.hx_get(url).content.decode()
+            ids = item_ids(html)
+            sizes.append(len(ids))
+            seen += ids
+            more = re.search(r'hx-get="([^"]+cursor=[^"]+)" hx-trigger="intersect once"', html)
+            url = more and more.group(1).replace("&amp;", "&")
+        assert seen == expected
+        assert sizes == [30, 30, 15]
+
+    def test_pinned_sessions_come_first_on_the_first_page_only(self):
+        ChatSession.objects.all().delete()
+        now = timezone.now()
+        old_pinned = make_session(owner=self.alice, name="old pinned", last_activity_at=now - timedelta(days=90),
+                                  pinned_at=now)
+        rest = self._sessions(35, now, timedelta(seconds=1))
+        html = self.hx_get(reverse("chat:session_list_hx")).content.decode()
+        ids = item_ids(html)
+        assert ids[0] == old_pinned.pk
+        assert ids[1:4] == [rest[0].pk, rest[1].pk, rest[2].pk]
+        cursor = re.search(r"cursor=([^\"&]+)", html).group(1)
+        second = self.hx_get(reverse("chat:session_list_hx") + f"?cursor={cursor}").content.decode()
+        assert old_pinned.pk not in item_ids(second)
+        assert 'id="session-list"' not in second  # a continuation is rows only
+
+    def test_rows_are_grouped_by_date(self):
+        ChatSession.objects.all().delete()
+        now = timezone.now()
+        for days in (0, 1, 3, 20, 70):
+            make_session(owner=self.alice, name=f"{days} days", last_activity_at=now - timedelta(days=days))
+        html = self.hx_get(reverse("chat:session_list_hx")).content.decode()
+        month = timezone.localtime(now - timedelta(days=70)).strftime("%B %Y")
+        assert headings(html) == ["Pinned", "Today", "Yesterday", "Previous 7 days", "Previous 30 days", month]
+        assert html.index("0 days") < html.index('Yesterday') < html.index("1 days")
+
+    def test_a_heading_is_not_repeated_across_pages(self):
+        ChatSession.objects.all().delete()
+        self._sessions(40, timezone.now(), timedelta(seconds=1))
+        first = self.hx_get(reverse("chat:session_list_hx")).content.decode()
+        cursor = re.search(r"cursor=([^\"&]+)", first).group(1)
+        second = self.hx_get(reverse("chat:session_list_hx") + f"?cursor={cursor}").content.decode()
+        assert headings(first) == ["Pinned", "Today"] and headings(second) == []
+
+    def test_the_list_query_reads_only_sidebar_columns(self):
+        ChatSession.objects.all().delete()
+        for session in self._sessions(40, timezone.now(), timedelta(seconds=1)):
+            make_run(session)
+        ChatSession.objects.filter(owner=self.alice).update(session_state={"big": "x" * 1000})
+        with CaptureQueriesContext(connection) as queries:
+            response = self.hx_get(reverse("chat:session_list_hx"))
+        assert len(item_ids(response.content.decode())) == 30
+        listing = [q["sql"] for q in queries.captured_queries if "sessions_core_chatsession" in q["sql"]]
+        assert len(listing) == 2  # unpinned page + pinned
+        for sql in listing:
+            assert "session_state" not in sql and "summary" not in sql and "metadata" not in sql
+        assert not any("sessions_core_message" in q["sql"] or "sessions_core_run" in q["sql"]
+                       for q in queries.captured_queries)
+        assert len(queries.captured_queries) <= 4  # + the auth session and user
+
+    def test_running_sessions_show_an_indicator(self):
+        ChatSession.objects.filter(pk=self.session.pk).update(lease_expires_at=timezone.now() + timedelta(seconds=30))
+        idle = make_session(owner=self.alice, name="Idle")
+        html = self.hx_get(reverse("chat:session_list_hx")).content.decode()
+        rows = {int(chunk.split('"')[0]): chunk for chunk in html.split('<li id="session-item-')[1:]}
+        assert 'class="running"' in rows[self.session.pk]
+        assert 'class="running"' not in rows[idle.pk]
+
+    def test_row_actions_point_at_their_views(self):
+        html = rendering.render_session_item(self.session)
+        for name in ("chat:session", "chat:session_rename_hx", "chat:session_pin_hx", "chat:session_delete_hx",
+                     "chat:session_retitle_hx"):
+            assert f'"{reverse(name, args=[self.session.session_id])}"' in html
+
+    def test_a_bad_cursor_is_treated_as_the_first_page(self):
+        html = self.hx_get(reverse("chat:session_list_hx") + "?cursor=nonsense").content.decode()
+        assert item_ids(html) == [self.session.pk]
+
+
+class TestFilter(WebTestCase):
+    def test_it_matches_titles_case_insensitively_among_live_own_sessions(self):
+        make_session(owner=self.alice, name="Weekend grocery run")
+        make_session(owner=self.alice, name="Old GROCERIES", deleted_at=timezone.now())
+        make_session(owner=self.bob, name="Bob's groceries")
+        make_session(owner=self.alice, name="Taxes")
+        html = self.hx_get(reverse("chat:session_filter_hx"), data={"q": "grocer"}).content.decode()
+        titles = re.findall(r'<li><a href="[^"]+">([^<]+)</a></li>', html)
+        assert sorted(titles) == ["Groceries", "Weekend grocery run"]
+        assert 'class="session-filter-results active"' in html
+
+    def test_an_empty_filter_shows_the_full_list_again(self):
+        html = self.hx_get(reverse("chat:session_filter_hx"), data={"q": "  "}).content.decode()
+        assert 'class="session-filter-results"' in html and "<li>" not in html
+
+
+class TestRename(WebTestCase):
+    def url(self, session=None):
+        return reverse("chat:session_rename_hx", args=[(session or self.session).session_id])
+
+    def test_htmx_rename_returns_the_row_and_tells_other_tabs(self):
+        listener = GroupListener(f"user.{self.alice.pk}")
+        page = reverse("chat:session", args=[self.session.session_id])
+        response = self.hx_post(self.url(), {"name": "  Weekly shop  "},
+                                headers={"HX-Current-URL": f"http://testserver{page}"})
+        assert response.status_code == 200
+        html = response.content.decode()
+        assert html.strip().startswith(f'<li id="session-item-{self.session.pk}"') and "<html" not in html
+        assert "Weekly shop" in html and 'aria-current="page"' in html
+        self.session.refresh_from_db()
+        assert (self.session.name, self.session.name_source) == ("Weekly shop", NameSource.USER)
+        (pushed,) = listener.html()
+        assert 'hx-swap-oob="true"' in pushed and "Weekly shop" in pushed and "aria-current" not in pushed
+
+    def test_plain_rename_redirects_back(self):
+        response = self.client.post(self.url(), {"name": "Plain", "next": "/trash/"})
+        assert response["Location"] == "/trash/"
+        assert ChatSession.objects.get(pk=self.session.pk).name == "Plain"
+
+    def test_an_offsite_next_is_ignored(self):
+        response = self.client.post(self.url(), {"name": "Plain", "next": "https://evil.example/"})
+        assert response["Location"] == reverse("chat:session", args=[self.session.session_id])
+
+    def test_an_empty_title_is_refused_with_a_message(self):
+        listener = GroupListener(f"user.{self.alice.pk}")
+        for blank in ("", "   "):
+            response = self.hx_post(self.url(), {"name": blank})
+            assert response.status_code == 422
+            html = response.content.decode()
+            assert "A title cannot be empty." in html and 'role="alert"' in html
+            assert "editing" in html and "hidden" not in html.split('class="rename-form"')[1].split(">")[0]
+        assert ChatSession.objects.get(pk=self.session.pk).name == "Groceries"
+        assert listener.html() == []
+
+    def test_a_plain_empty_rename_redirects_with_the_message(self):
+        response = self.client.post(self.url(), {"name": ""})
+        assert response.status_code == 302
+        assert [str(m) for m in get_messages(response.wsgi_request)] == ["A title cannot be empty."]
+
+    def test_an_overlong_title_is_refused(self):
+        assert self.hx_post(self.url(), {"name": "x" * 201}).status_code == 422
+
+    def test_a_title_with_html_is_shown_as_text(self):
+        self.hx_post(self.url(), {"name": "<img src=x onerror=alert(1)>"})
+        html = self.hx_get(reverse("chat:session_list_hx")).content.decode()
+        assert "&lt;img src=x onerror=alert(1)&gt;" in html and "<img" not in html
+
+
+class TestPin(WebTestCase):
+    def test_pinning_moves_a_session_to_the_top_and_unpinning_back(self):
+        newer = make_session(owner=self.alice, name="Newer")
+        listener = GroupListener(f"user.{self.alice.pk}")
+        url = reverse("chat:session_pin_hx", args=[self.session.session_id])
+        html = self.hx_post(url, {"pinned": "1"}).content.decode()
+        assert item_ids(html) == [self.session.pk, newer.pk]
+        assert html.strip().startswith('<ul id="session-list"')
+        assert ChatSession.objects.get(pk=self.session.pk).pinned_at is not None
+        (pushed,) = listener.html()
+        assert pushed.strip().startswith('<ul id="session-list" class="session-list" hx-swap-oob="outerHTML"')
+        html = self.hx_post(url, {"pinned": "0"}).content.decode()
+        assert item_ids(html) == [newer.pk, self.session.pk]
+        assert ChatSession.objects.get(pk=self.session.pk).pinned_at is None
+
+    def test_pinning_twice_keeps_it_pinned(self):
+        url = reverse("chat:session_pin_hx", args=[self.session.session_id])
+        self.hx_post(url, {"pinned": "1"})
+        self.hx_post(url, {"pinned": "1"})
+        assert ChatSession.objects.get(pk=self.session.pk).pinned_at is not None
+
+    def test_plain_pin_redirects_back(self):
+        response = self.client.post(reverse("chat:session_pin_hx", args=[self.session.session_id]), {"pinned": "1"})
+        assert response.status_code == 302
+        assert ChatSession.objects.get(pk=self.session.pk).pinned_at is not None
+
+
+class TestDeleteUndoTrash(WebTestCase):
+    def test_delete_moves_to_the_trash_with_an_undo_toast(self):
+        listener = GroupListener(f"user.{self.alice.pk}")
+        response = self.hx_post(reverse("chat:session_delete_hx", args=[self.session.session_id]))
+        html = response.content.decode()
+        assert response.status_code == 200
+        assert '<div id="toasts" hx-swap-oob="beforeend">' in html
+        assert f'hx-post="{reverse("chat:session_restore_hx", args=[self.session.session_id])}"' in html
+        assert ">Undo<" in html
+        assert ChatSession.objects.get(pk=self.session.pk).deleted_at is not None
+        assert listener.html() == [f'<li id="session-item-{self.session.pk}" hx-swap-oob="delete"></li>']
+        assert item_ids(self.hx_get(reverse("chat:session_list_hx")).content.decode()) == []
+
+    def test_undo_restores_it_into_the_list(self):
+        self.hx_post(reverse("chat:session_delete_hx", args=[self.session.session_id]))
+        listener = GroupListener(f"user.{self.alice.pk}")
+        response = self.hx_post(reverse("chat:session_restore_hx", args=[self.session.session_id]),
+                                headers={"HX-Target": "session-list"})
+        html = response.content.decode()
+        assert item_ids(html) == [self.session.pk]
+        assert f'<div id="toast-{self.session.pk}" hx-swap-oob="delete">' in html
+        assert ChatSession.objects.get(pk=self.session.pk).deleted_at is None
+        (pushed,) = listener.html()
+        assert item_ids(pushed) == [self.session.pk]
+
+    def test_the_trash_lists_trashed_sessions_and_restores_them(self):
+        live = make_session(owner=self.alice, name="Still here")
+        make_session(owner=self.bob, name="Bob's trash", deleted_at=timezone.now())
+        self.client.post(reverse("chat:session_delete_hx", args=[self.session.session_id]))
+        html = self.client.get(reverse("chat:trash")).content.decode()
+        assert "Groceries" in html and "Still here" not in html and "Bob's trash" not in html
+        assert "hx-confirm=" in html and "Delete forever" in html
+        response = self.hx_post(reverse("chat:session_restore_hx", args=[self.session.session_id]),
+                                headers={"HX-Target": f"trash-item-{self.session.pk}"})
+        assert 'id="session-list"' not in response.content.decode()
+        assert ChatSession.objects.alive().filter(pk__in=[self.session.pk, live.pk]).count() == 2
+
+    def test_plain_delete_and_restore(self):
+        response = self.client.post(reverse("chat:session_delete_hx", args=[self.session.session_id]))
+        assert response["Location"] == reverse("chat:index")
+        assert ChatSession.objects.trashed().filter(pk=self.session.pk).exists()
+        response = self.client.post(reverse("chat:session_restore_hx", args=[self.session.session_id]),
+                                    {"next": reverse("chat:trash")})
+        assert response["Location"] == reverse("chat:trash")
+        assert ChatSession.objects.alive().filter(pk=self.session.pk).exists()
+
+    def test_delete_forever_removes_the_session_and_everything_in_it(self):
+        make_run(self.session)
+        self.client.post(reverse("chat:session_delete_hx", args=[self.session.session_id]))
+        response = self.hx_post(reverse("chat:session_destroy_hx", args=[self.session.session_id]))
+        assert response.status_code == 200 and response.content == b""
+        assert not ChatSession.objects.filter(pk=self.session.pk).exists()
+        assert not Run.objects.filter(session_id=self.session.pk).exists()
+        assert not Message.objects.filter(session_id=self.session.pk).exists()
+
+    def test_delete_forever_needs_the_trash_first(self):
+        response = self.hx_post(reverse("chat:session_destroy_hx", args=[self.session.session_id]))
+        assert response.status_code == 409
+        assert ChatSession.objects.filter(pk=self.session.pk).exists()
+
+    def test_plain_delete_forever_goes_back_to_the_trash(self):
+        ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now())
+        response = self.client.post(reverse("chat:session_destroy_hx", args=[self.session.session_id]))
+        assert response["Location"] == reverse("chat:trash")
+        assert not ChatSession.objects.filter(pk=self.session.pk).exists()
+
+
+class TestRegenerateTitle(WebTestCase):
+    @pytest.fixture(autouse=True)
+    def _model(self, llm_server):
+        self.llm = llm_server
+        with override_settings(OPENAI_BASE_URL=llm_server.base_url, OPENAI_API_KEY="test", OPENAI_MAX_RETRIES=0):
+            reset_assistants()
+            yield
+        reset_assistants()
+
+    def test_it_asks_the_model_for_a_title_even_over_a_user_title(self):
+        make_run(self.session, user_text="we need milk", reply="Added milk.")
+        ChatSession.objects.filter(pk=self.session.pk).update(name_source=NameSource.USER)
+        listener = GroupListener(f"user.{self.alice.pk}")
+        self.llm.add(Text("Milk run"))
+        response = self.hx_post(reverse("chat:session_retitle_hx", args=[self.session.session_id]))
+        assert response.status_code == 200 and "Milk run" in response.content.decode()
+        self.session.refresh_from_db()
+        assert (self.session.name, self.session.name_source) == ("Milk run", NameSource.AUTO)
+        assert "we need milk" in str(self.llm.requests[-1]["messages"])
+        assert "Milk run" in listener.html()[0]
+
+    def test_retitling_does_not_move_the_session_up(self):
+        run = make_run(self.session, user_text="we need milk", reply="ok")
+        before = ChatSession.objects.get(pk=self.session.pk).last_activity_at
+        self.llm.add(Text("Milk"))
+        self.client.post(reverse("chat:session_retitle_hx", args=[self.session.session_id]))
+        assert ChatSession.objects.get(pk=self.session.pk).last_activity_at == before == run.finished_at
