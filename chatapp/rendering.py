@@ -22,6 +22,7 @@ from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
 from sessions_core.models import ChatSession, Message, Role, Run, RunStatus, StateChange
+from sessions_core.summary import SessionSummary
 
 from . import state_view
 from .assistants import assistant_name
@@ -213,6 +214,7 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
         "form_text": state_json if edit_text is None else edit_text,
         "form_version": session.state_version if edit_version in (None, "") else edit_version,
         "assistant_name": assistant_name(session.component_id),
+        "summary": SessionSummary.from_dict(session.summary),
         **extra,
     }
 

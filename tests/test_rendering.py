@@ -209,3 +209,17 @@ class TestStateTree:
         assert state_view.describe_op({"op": "move", "from": "/a", "path": "/b"})["source"] == "a"
         long = state_view.describe_op({"op": "replace", "path": "/x", "value": "y" * 500})["value"]
         assert len(long) == state_view.VALUE_CHARS and long.endswith("…")
+
+
+@pytest.mark.django_db
+def test_state_panel_shows_the_session_summary_collapsed_and_escaped():
+    from chatapp.rendering import render_state_panel
+    from tests.factories import make_session, make_user
+
+    session = make_session(make_user("sum"), summary={
+        "summary": "Likes <b>bold</b> hikes.", "topics": ["hiking", "food"], "updated_at": "2026-11-29T10:00:00+00:00"})
+    html = render_state_panel(session)
+    assert '<details class="session-summary" id="session-summary">' in html
+    assert "Likes &lt;b&gt;bold&lt;/b&gt; hikes." in html
+    assert "Topics: hiking, food" in html
+    assert "<details class=\"session-summary\"" not in render_state_panel(make_session(make_user("nosum")))
