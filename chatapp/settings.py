@@ -82,7 +82,12 @@ except (ValueError, KeyError, environ.ImproperlyConfigured) as exc:
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE transactions take the write lock up front, so two writers queue instead of
     # deadlocking on a lock upgrade; the timeout is how long a writer waits for its turn.
-    DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
+    # WAL lets readers work while a run writes, and synchronous=NORMAL stops each commit waiting for a
+    # disk sync (still durable against a crash of the process; a power cut may lose the last commits).
+    DATABASES["default"].setdefault("OPTIONS", {}).update({
+        "timeout": 30, "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    })
     # A file, not memory, so a test server in another process (the browser tests) sees the same data.
     (BASE_DIR / "var").mkdir(exist_ok=True)
     # One file per test process, so parallel test runs never share (and corrupt) a database.

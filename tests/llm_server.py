@@ -166,6 +166,7 @@ class _ClientGone(Exception):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small SSE writes would otherwise wait on delayed ACKs (~40 ms each)
     server: LLMServer
 
     def log_message(self, format, *args):  # noqa: A002 - the base class's signature
