@@ -1,0 +1,393 @@
+"""The session engine's own time per run, by session length, on SQLite and PostgreSQL.
+
+    .venv/bin/python bench/engine.py                        # SQLite only
+    .venv/bin/python bench/engine.py --pg-url postgres://app:app@127.0.0.1:5432/app   # and PostgreSQL
+    BENCH_PG_URL=postgres://... .venv/bin/python bench/engine.py
+
+Setup: an in-process local OpenAI-compatible server (tests/llm_server.py) that answers at once,
+first with a tool call, then (after the tool result) with one word of text. The agent has history on
+(the last 3 runs) and a state tool that appends to a list. Each session is pre-filled with 1, 100,
+1,000 or 10,000 completed runs by bulk insert (Run, Message and StateChange rows, consecutive seqs,
+ChatSession.last_seq updated), then measured over `--runs` runs through the async API
+(`await agent.arun(...)`, the path the web app uses).
+
+Engine's own time = run time minus a baseline that replays the same request bodies (recorded by the
+server) through the bare `openai.AsyncOpenAI` client against the same server in the same process and
+event loop, streamed and read line by line without parsing. Run and baseline alternate, so both see
+the same machine state. SQL queries per run are counted with CaptureQueriesContext on the
+connection the engine uses.
+
+Two state shapes per length: "grows" (the stored list holds one item per earlier run, as a real
+session would) and "small" (the stored list starts empty whatever the length), which separates the
+cost of a long session from the cost of a large state.
+
+Each backend runs in its own child process against a throwaway database (a temp SQLite file; for
+PostgreSQL a new database created next to the one in the URL, so the role needs CREATEDB).
+`--profile LENGTH` prints a cProfile of the engine's runs at that length instead (SQLite), with the
+database calls run inline on the event loop's thread so one profile sees everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LENGTHS = (1, 100, 1_000, 10_000)
+TARGET_MS = 2.0
+
+
+# -- the parent: one child process per backend, one table ------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL", ""),
+                        help="PostgreSQL server to use (default: env BENCH_PG_URL; unset: SQLite only)")
+    parser.add_argument("--lengths", default=",".join(map(str, LENGTHS)), help="earlier runs per session")
+    parser.add_argument("--runs", type=int, default=100, help="measured runs per session length")
+    parser.add_argument("--warmup", type=int, default=10, help="unmeasured runs before each length")
+    parser.add_argument("--states", default="grows,small", help="state shapes to measure")
+    parser.add_argument("--skip-sqlite", action="store_true")
+    parser.add_argument("--sqlite-wal", action="store_true",
+                        help="also measure SQLite with PRAGMA journal_mode=WAL, synchronous=NORMAL")
+    parser.add_argument("--profile", type=int, metavar="LENGTH", help="cProfile the runs at this length (SQLite)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: the database URL of a child
+    args = parser.parse_args()
+
+    if args.child:
+        child(args)
+        return
+    if args.profile is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            run_child(args, f"sqlite:///{tmp}/bench.sqlite3", capture=False, wal=args.sqlite_wal)
+        return
+    backends = [] if args.skip_sqlite else [("SQLite", None)]
+    if args.sqlite_wal and not args.skip_sqlite:
+        backends.append(("SQLite WAL", None))
+    if args.pg_url:
+        backends.append(("PostgreSQL", args.pg_url))
+    if not backends:
+        parser.error("nothing to measure: --skip-sqlite without --pg-url")
+    results = []
+    for name, url in backends:
+        with tempfile.TemporaryDirectory() as tmp:
+            url = url or f"sqlite:///{tmp}/bench.sqlite3"
+            print(f"measuring {name} ...", file=sys.stderr, flush=True)
+            results += [{"backend": name, **row} for row in run_child(args, url, wal=name == "SQLite WAL")]
+    print_table(results, args)
+
+
+def run_child(args, url: str, capture: bool = True, wal: bool = False) -> list[dict]:
+    command = [sys.executable, __file__, "--child", url, "--lengths", args.lengths, "--runs", str(args.runs),
+               "--warmup", str(args.warmup), "--states", args.states]
+    if args.profile is not None:
+        command += ["--profile", str(args.profile)]
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}
+    env.update(DATABASE_URL=url, DEBUG="false", SECRET_KEY="bench-engine", DJANGO_SETTINGS_MODULE="chatapp.settings",
+               BENCH_SQLITE_WAL="1" if wal else "")
+    if not capture:
+        subprocess.run(command, env=env, check=True)
+        return []
+    done = subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def print_table(results: list[dict], args) -> None:
+    print(f"\nEngine time per run (ms): run minus bare-openai baseline, {args.runs} runs per row, "
+          "each run = 2 model calls (tool call, then text) + 1 state tool call")
+    header = ("backend", "state", "earlier runs", "own median", "own p95", "own CPU median", "own CPU p95",
+              "run median", "baseline median", "SQL/run")
+    rows = [header]
+    for row in results:
+        rows.append((row["backend"], row["state"], f"{row['length']:,}", f"{row['own_median']:.2f}",
+                     f"{row['own_p95']:.2f}", f"{row['cpu_median']:.2f}", f"{row['cpu_p95']:.2f}",
+                     f"{row['run_median']:.2f}", f"{row['baseline_median']:.2f}",
+                     str(row["queries"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for number, row in enumerate(rows):
+        print("| " + " | ".join(cell.rjust(width) for cell, width in zip(row, widths)) + " |")
+        if number == 0:
+            print("|" + "|".join("-" * (width + 2) for width in widths) + "|")
+    for backend in dict.fromkeys(row["backend"] for row in results):
+        for state in dict.fromkeys(row["state"] for row in results):
+            mine = [row for row in results if row["backend"] == backend and row["state"] == state]
+            if len(mine) > 1:
+                first, last = mine[0], mine[-1]
+                print(f"{backend}, state {state}, {first['length']:,} -> {last['length']:,} earlier runs: own "
+                      f"median {first['own_median']:.2f} -> {last['own_median']:.2f} ms, own CPU "
+                      f"{first['cpu_median']:.2f} -> {last['cpu_median']:.2f} ms, SQL/run "
+                      f"{first['queries']} -> {last['queries']}")
+    sqlite = [row for row in results if row["backend"].startswith("SQLite")]
+    if sqlite:
+        worst = max(row["own_median"] for row in sqlite)
+        worst_cpu = max(row["cpu_median"] for row in sqlite)
+        verdict = "met" if worst < TARGET_MS else "MISSED"
+        print(f"Target: under {TARGET_MS:g} ms per run on SQLite at every length: {verdict} (worst own median "
+              f"{worst:.2f} ms wall, {worst_cpu:.2f} ms CPU)")
+    print(f"Load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall figures suffer "
+          "when other work shares the machine)")
+
+
+# -- the child: one backend ------------------------------------------------------------------------
+
+
+def child(args) -> None:
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.db import connection
+
+    if os.environ.get("BENCH_SQLITE_WAL") and connection.vendor == "sqlite":
+        settings.DATABASES["default"]["OPTIONS"]["init_command"] = (
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+        )
+
+    # A throwaway database: a fresh SQLite file, or a new PostgreSQL database beside the given one.
+    test_settings = settings.DATABASES["default"].setdefault("TEST", {})
+    if connection.vendor == "sqlite":
+        test_settings["NAME"] = str(Path(settings.DATABASES["default"]["NAME"]).with_suffix(".bench.sqlite3"))
+    else:
+        test_settings["NAME"] = f"bench_engine_{os.getpid()}"
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    try:
+        lengths = [int(value) for value in args.lengths.split(",") if value]
+        states = [value for value in args.states.split(",") if value]
+        if args.profile is not None:
+            asyncio.run(profile(args.profile, args.runs, args.warmup, grows=states[0] == "grows"))
+            return
+        rows = asyncio.run(measure_all(lengths, states, args.runs, args.warmup))
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+    print(json.dumps(rows))
+
+
+def append_item(run_context, item: str) -> str:
+    """Append an item to the list.
+
+    Args:
+        item: What to append.
+    """
+    run_context.session_state["items"].append(item)
+    return f"Appended {item}; the list has {len(run_context.session_state['items'])} items."
+
+
+PROMPT = "Append an item to my list"
+
+
+def responder(body: dict):
+    from tests.llm_server import Text, ToolCalls
+
+    if body["messages"][-1]["role"] == "tool":
+        return Text("Done.")
+    return ToolCalls([("append_item", {"item": "x"})])
+
+
+def start_server():
+    """tests/llm_server.py's server, with Nagle's algorithm off: its many small streamed writes would
+    otherwise wait on delayed ACKs (about 40 ms per response on Linux), which is not a zero-latency model."""
+    from tests.llm_server import LLMServer, _Handler
+
+    class Handler(_Handler):
+        disable_nagle_algorithm = True
+
+    server = LLMServer()
+    server.RequestHandlerClass = Handler
+    server.responder = responder
+    return server.start()
+
+
+def make_agent(model):
+    from sessions_core import Agent
+
+    return Agent(
+        name="bench", model=model, tools=[append_item], session_state={"items": []},
+        instructions="You keep a list of items for the user.", add_history_to_context=True, num_history_runs=3,
+    )
+
+
+def prefill(agent, session_id: str, length: int, grows: bool) -> None:
+    """A session with `length` completed runs, inserted in bulk, shaped like the engine stores them."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from sessions_core.models import ChatSession, Message, Run, StateChange
+
+    now = timezone.now()
+    items = ["x"] * length if grows else []
+    with transaction.atomic():
+        session = ChatSession.objects.create(
+            session_id=session_id, kind="agent", component_id=agent.id, session_state={"items": items},
+            state_version=length if grows else 0, created_at=now, last_activity_at=now,
+        )
+        seq = 0
+        for start in range(0, length, 1000):
+            count = min(1000, length - start)
+            runs = Run.objects.bulk_create([
+                Run(session=session, component_id=agent.id, status="completed", input=PROMPT, content="Done.",
+                    model_id="bench-model", metrics={"model_calls": 2}, state_version=start + n + 1 if grows else 0,
+                    created_at=now, finished_at=now)
+                for n in range(count)
+            ])
+            messages, changes = [], []
+            for n, run in enumerate(runs):
+                call_id = f"call_{start + n}"
+                for role, content, extra in (
+                    ("system", "You keep a list of items for the user.", {}),
+                    ("user", PROMPT, {}),
+                    ("assistant", "", {"tool_calls": [{"id": call_id, "name": "append_item",
+                                                        "arguments": '{"item": "x"}'}]}),
+                    ("tool", "Appended x.", {"tool_call_id": call_id, "tool_name": "append_item"}),
+                    ("assistant", "Done.", {}),
+                ):
+                    seq += 1
+                    messages.append(Message(session=session, run=run, seq=seq, role=role, content=content,
+                                            created_at=now, **extra))
+                if grows:
+                    version = start + n + 1
+                    changes.append(StateChange(
+                        session=session, run=run, version=version, source="tool:append_item", created_at=now,
+                        patch=[{"op": "add", "path": f"/items/{version - 1}", "value": "x"}],
+                        inverse=[{"op": "remove", "path": f"/items/{version - 1}"}],
+                    ))
+            Message.objects.bulk_create(messages, batch_size=2000)
+            StateChange.objects.bulk_create(changes, batch_size=2000)
+        session.last_seq = seq
+        session.save(update_fields=["last_seq"])
+
+
+async def measure_all(lengths: list[int], states: list[str], runs: int, warmup: int) -> list[dict]:
+    import openai
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    from sessions_core.llm import OpenAIChat
+
+    server = start_server()
+    model = OpenAIChat(id="bench-model", base_url=server.base_url, api_key="bench", max_retries=0)
+    agent = make_agent(model)
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key="bench", max_retries=0)
+
+    async def baseline(bodies: list[dict]) -> None:
+        for body in bodies:
+            request = {key: value for key, value in body.items() if key not in ("stream", "stream_options")}
+            async with client.chat.completions.with_streaming_response.create(
+                **request, stream=True, stream_options={"include_usage": True}
+            ) as response:
+                async for _line in response.iter_lines():
+                    pass
+
+    async def one_run(session_id: str) -> tuple[float, float, float, float]:
+        """(run wall ms, baseline wall ms, run CPU ms, baseline CPU ms); CPU is the whole process's."""
+        mark = len(server.requests)
+        started, started_cpu = time.perf_counter(), time.process_time()
+        output = await agent.arun(PROMPT, session_id=session_id)
+        ran, ran_cpu = time.perf_counter(), time.process_time()
+        assert output.status == "completed", output.error
+        bodies = server.requests[mark:]
+        assert len(bodies) == 2, len(bodies)
+        await baseline(bodies)
+        done, done_cpu = time.perf_counter(), time.process_time()
+        return (ran - started) * 1000, (done - ran) * 1000, (ran_cpu - started_cpu) * 1000, (done_cpu - ran_cpu) * 1000
+
+    # The engine's database work happens on asgiref's thread-sensitive executor thread: count there.
+    connection = await sync_to_async(lambda: connections["default"])()
+
+    rows = []
+    try:
+        for state in states:
+            for length in lengths:
+                session_id = f"bench-{state}-{length}"
+                started = time.perf_counter()
+                await sync_to_async(prefill)(agent, session_id, length, state == "grows")
+                print(f"  {state} {length:>6,}: prefilled in {time.perf_counter() - started:.1f} s",
+                      file=sys.stderr, flush=True)
+                for _ in range(warmup):
+                    await one_run(session_id)
+                run_ms, base_ms, own_ms, own_cpu = [], [], [], []
+                for _ in range(runs):
+                    run, base, run_cpu, base_cpu = await one_run(session_id)
+                    run_ms.append(run)
+                    base_ms.append(base)
+                    own_ms.append(run - base)
+                    own_cpu.append(run_cpu - base_cpu)
+                capture = CaptureQueriesContext(connection)
+                await sync_to_async(capture.__enter__)()
+                await agent.arun(PROMPT, session_id=session_id)
+                await sync_to_async(capture.__exit__)(None, None, None)
+                rows.append({
+                    "state": state, "length": length, "queries": len(capture.captured_queries),
+                    "own_median": statistics.median(own_ms), "own_p95": percentile(own_ms, 95),
+                    "run_median": statistics.median(run_ms), "baseline_median": statistics.median(base_ms),
+                    "cpu_median": statistics.median(own_cpu), "cpu_p95": percentile(own_cpu, 95),
+                })
+                print(f"  {state} {length:>6,}: own {rows[-1]['own_median']:.2f} ms median, "
+                      f"{rows[-1]['queries']} queries", file=sys.stderr, flush=True)
+    finally:
+        await client.close()
+        server.stop()
+        await sync_to_async(connections.close_all)()
+    return rows
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * len(ordered)) - 1))]
+
+
+async def profile(length: int, runs: int, warmup: int, grows: bool) -> None:
+    """cProfile of `runs` engine runs (no baseline) with DB calls inline on the loop's thread."""
+    import cProfile
+    import pstats
+
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    from sessions_core import bridge
+    from sessions_core.llm import OpenAIChat
+
+    async def inline(fn, args, kwargs):
+        return fn(*args, **kwargs)
+
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # the ORM on the loop's thread: profiling only
+
+    server = start_server()
+    agent = make_agent(OpenAIChat(id="bench-model", base_url=server.base_url, api_key="bench", max_retries=0))
+    session_id = f"bench-profile-{length}"
+    await sync_to_async(prefill)(agent, session_id, length, grows)
+    bridge._runner.set(inline)  # the engine's blocking calls now run right here, where the profiler looks
+    try:
+        for _ in range(warmup):
+            await agent.arun(PROMPT, session_id=session_id)
+        profiler = cProfile.Profile()
+        started = time.perf_counter()
+        profiler.enable()
+        for _ in range(runs):
+            await agent.arun(PROMPT, session_id=session_id)
+        profiler.disable()
+        elapsed = (time.perf_counter() - started) * 1000 / runs
+    finally:
+        server.stop()
+        await sync_to_async(connections.close_all)()
+    print(f"{runs} runs at {length:,} earlier runs: {elapsed:.2f} ms per run (with DB inline, profiler on)")
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(80)
+
+
+if __name__ == "__main__":
+    main()
