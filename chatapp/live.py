@@ -1,0 +1,637 @@
+"""Live runs for the web chat: start them, stream them to every tab, stop, queue, catch up, title.
+
+A run is an asyncio task that outlives the socket which asked for it. Each session with work in
+this process has one `SessionRunner`: a FIFO of waiting messages and the run in flight. The task
+iterates `agent.arun(..., stream=True, stream_events=True)` and turns every event into HTML sent to
+the session's channel group (so every tab of that session sees it):
+
+    RunStarted       the run's `_run.html` fragment appended to #transcript (queued note removed)
+    RunContent       escaped text appended to #reply-<run_id>, batched about every 30 ms
+    ToolCall*        a tool row appended to #tools-<run_id>, then replaced with its result
+    StateChanged     the state panel re-rendered with the new state, mid-run
+    RunCompleted /   the run re-rendered once from the database (sanitized markdown) replacing
+    RunError         #run-<run_id>; the sidebar row to the user's group; a title in the background
+
+Token batches carry their character offset into the reply (`chat.tokens`), so a socket that joined
+mid-reply and received the text so far (catch-up) drops what it already has instead of showing it
+twice. A run owned by another process answers catch-up and stop requests sent to the
+`session.<pk>.sync` group, which only the owning run task joins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import secrets
+import time
+from collections import deque
+from contextlib import aclosing, suppress
+from dataclasses import dataclass, field
+
+from asgiref.sync import sync_to_async
+from channels.db import aclose_old_connections
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from sessions_core.agent import Agent
+from sessions_core.errors import SessionNotFoundError, SessionOwnershipError
+from sessions_core.events import RunEvent
+from sessions_core.models import ChatSession, Message, NameSource, Role, Run, RunStatus
+
+from . import assistants, rendering
+from .broadcast import asend_to_session, oob, oob_wrap, sync_group, user_group
+
+logger = logging.getLogger("chatapp.live")
+
+FALLBACK_TITLE_CHARS = 40
+QUEUED_NOTE = "Queued: will run after the current reply"
+QUEUED_STATUS = "Your message is queued; it will run after the current reply."
+
+
+# --- the process registry ---------------------------------------------------------------------------
+
+
+@dataclass
+class Pending:
+    """A message waiting for its run to start."""
+
+    text: str
+    user: object
+    queued_id: str = field(default_factory=lambda: secrets.token_hex(6))
+    cancelled: bool = False
+    shown_queued: bool = False  # a queued note was sent for it
+
+
+@dataclass
+class LiveRun:
+    """What the browser needs to catch up on a run in flight."""
+
+    run_id: str
+    run: Run  # the stored row as it was at the start
+    base_messages: list[Message] = field(default_factory=list)  # its user message
+    parts: list[str] = field(default_factory=list)
+    length: int = 0  # characters in `parts`
+    flushed: int = 0  # characters already sent to the group
+    last_flush: float = 0.0
+    tool_messages: list[Message] = field(default_factory=list)
+    changed_keys: list[str] = field(default_factory=list)
+    ending: bool = False  # a final event arrived: the engine is storing the outcome
+
+    @property
+    def text(self) -> str:
+        if len(self.parts) > 1:
+            self.parts[:] = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
+
+    def add(self, delta: str) -> None:
+        self.parts.append(delta)
+        self.length += len(delta)
+
+
+@dataclass
+class SessionRunner:
+    session_pk: int
+    owner_pk: int | None
+    pending: deque[Pending] = field(default_factory=deque)
+    starting: Pending | None = None  # taken from the queue, RunStarted not seen yet
+    current: LiveRun | None = None
+    task: asyncio.Task | None = None
+    reader: asyncio.Task | None = None  # the task reading the current run's events
+
+    @property
+    def busy(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+
+_runners: dict[int, SessionRunner] = {}
+_background: set[asyncio.Task] = set()  # title jobs: kept referenced until they finish
+
+
+def _keep(task: asyncio.Task) -> asyncio.Task:
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task
+
+
+def live_run(session_pk: int) -> LiveRun | None:
+    runner = _runners.get(session_pk)
+    return runner.current if runner else None
+
+
+def queued(session_pk: int) -> list[Pending]:
+    runner = _runners.get(session_pk)
+    return [item for item in runner.pending if not item.cancelled] if runner else []
+
+
+async def wait_idle(timeout: float = 30) -> None:
+    """Wait until no run task and no title job of this process is left (tests, shutdown)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        tasks = [r.task for r in _runners.values() if r.task and not r.task.done()] + list(_background)
+        if not tasks:
+            return
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"{len(tasks)} live task(s) still running")
+        await asyncio.wait(tasks, timeout=remaining)
+
+
+# --- fragments -----------------------------------------------------------------------------------------
+
+
+def status_html(message: str, kind: str = "info") -> str:
+    """The live status line (#run-status), replaced in place so screen readers announce it."""
+    return render_to_string("chatapp/_run_status.html", {"message": message, "kind": kind})
+
+
+def queued_html(item: Pending) -> str:
+    return render_to_string("chatapp/_queued.html", {"item": item, "note": QUEUED_NOTE})
+
+
+def queue_html(session_pk: int) -> str:
+    """The whole queue (#queue) as this process holds it."""
+    items = "".join(queued_html(item) for item in queued(session_pk))
+    hidden = "" if items else " hidden"
+    return f'<ol id="queue" class="queue" aria-label="Queued messages" hx-swap-oob="true"{hidden}>{items}</ol>'
+
+
+def token_html(run_id: str, text: str) -> str:
+    return oob_wrap(_escape(text), f"beforeend:#reply-{run_id}")
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _render_live_run(live: LiveRun, text: str) -> str:
+    """The run fragment of a run in flight: the stored row with the text and tool calls so far."""
+    run = copy.copy(live.run)
+    run.content, run.status = text, RunStatus.RUNNING
+    run.shown_messages = [*live.base_messages, *live.tool_messages]
+    return oob(rendering.render_run(run))
+
+
+def _load_started_run(run_id: str) -> tuple[Run, str]:
+    """The stored run at its start (its user message in `shown_messages`) and its fragment."""
+    run = Run.objects.select_related("session").get(run_id=run_id)
+    run.shown_messages = list(run.messages.exclude(role=Role.SYSTEM).order_by("seq"))
+    return run, rendering.render_run(run)
+
+
+def _render_state(session: ChatSession, changed_keys) -> str:
+    return oob(rendering.render_state_panel(session, changed_keys))
+
+
+def _render_row(session_pk: int, to_top: bool) -> str:
+    """The session's sidebar row, replaced in place or moved to the top of its group."""
+    session = ChatSession.objects.get(pk=session_pk)
+    if to_top:
+        return rendering.render_session_item_to_top(session)
+    return rendering.render_session_item(session, oob="true")
+
+
+# --- sending -------------------------------------------------------------------------------------------
+
+
+async def _to_session(session_pk: int, html: str) -> None:
+    await asend_to_session(session_pk, "chat.html", html=html)
+
+
+async def _to_user(user_pk: int | None, html: str) -> None:
+    if user_pk is not None:
+        await get_channel_layer().group_send(user_group(user_pk), {"type": "chat.html", "html": html})
+
+
+async def push_session_row(session_pk: int, owner_pk: int | None, to_top: bool = False) -> None:
+    """The session's sidebar row, re-rendered, to every tab of its owner."""
+    await _to_user(owner_pk, await sync_to_async(_render_row)(session_pk, to_top))
+
+
+# --- submitting --------------------------------------------------------------------------------------
+
+
+def fallback_title(text: str, limit: int = FALLBACK_TITLE_CHARS) -> str:
+    """The first message as a title: whitespace collapsed, cut at a word near `limit` characters."""
+    words = " ".join(text.split())
+    if len(words) <= limit:
+        return words
+    cut = words[: limit + 1]
+    cut = cut.rsplit(" ", 1)[0] if " " in cut[limit // 2 :] else words[:limit]
+    return cut.rstrip(" ,.;:-") + "…"
+
+
+async def _set_fallback_title(session: ChatSession, text: str) -> bool:
+    """Name an unnamed session after its first message at once; True if it was named."""
+    title = fallback_title(text)
+    if not title:
+        return False
+    updated = await ChatSession.objects.filter(pk=session.pk, name="").aupdate(
+        name=title, name_source=NameSource.FALLBACK
+    )
+    if updated:
+        session.name, session.name_source = title, NameSource.FALLBACK
+    return bool(updated)
+
+
+async def running_elsewhere(session_pk: int) -> bool:
+    """A run holds the session's lease (in another process, or just starting here)."""
+    now = timezone.now()
+    return await ChatSession.objects.filter(pk=session_pk, lease_expires_at__gt=now).aexists()
+
+
+async def submit(session: ChatSession, user, text: str) -> Pending:
+    """Run `text` on the session now, or after the runs already waiting or in flight."""
+    runner = _runners.get(session.pk)
+    if runner is None:
+        runner = _runners[session.pk] = SessionRunner(session.pk, session.owner_id)
+    item = Pending(text=text, user=user)
+    must_wait = runner.busy or bool(runner.pending) or await running_elsewhere(session.pk)
+    runner.pending.append(item)
+    if not session.name and await _set_fallback_title(session, text):
+        await push_session_row(session.pk, session.owner_id, to_top=True)
+    if must_wait:
+        item.shown_queued = True
+        await _to_session(session.pk, oob_wrap(queued_html(item), "beforeend:#queue") + status_html(QUEUED_STATUS))
+    if not runner.busy:
+        runner.task = asyncio.create_task(_drain(runner), name=f"chat-session-{session.pk}")
+    return item
+
+
+async def retry(session: ChatSession, user, run_id: str) -> Pending | None:
+    """Send a run's input again as a new run; None if the run is not one of this session's."""
+    run = await Run.objects.filter(session_id=session.pk, run_id=run_id).only("input").afirst()
+    if run is None or not run.input:
+        return None
+    return await submit(session, user, run.input)
+
+
+async def stop(session: ChatSession, run_id: str = "", queued_id: str = "") -> bool:
+    """Stop the session's run (the given one, else the one in flight) or drop a queued message."""
+    runner = _runners.get(session.pk)
+    if queued_id:
+        for item in runner.pending if runner else ():
+            if item.queued_id == queued_id and not item.cancelled:
+                item.cancelled = True
+                runner.pending.remove(item)
+                await _to_session(session.pk, f'<li id="queued-{queued_id}" hx-swap-oob="delete"></li>'
+                                  + status_html("Queued message removed."))
+                return True
+        return False
+    current = runner.current if runner else None
+    if not run_id and current is None and runner is not None and runner.starting is not None:
+        runner.starting.cancelled = True  # stopped before it started: cancelled at RunStarted
+        return True
+    if not run_id:
+        if current is not None:
+            run_id = current.run_id
+        else:
+            run = await Run.objects.filter(session_id=session.pk, status=RunStatus.RUNNING).order_by("-pk").afirst()
+            run_id = run.run_id if run else ""
+    elif not (current and current.run_id == run_id) and not await Run.objects.filter(
+        session_id=session.pk, run_id=run_id, status=RunStatus.RUNNING
+    ).aexists():
+        return False
+    if not run_id:
+        return False
+    if current is not None and current.run_id == run_id:
+        return await _stop_here(runner, current)
+    stopped = await Agent.acancel_run(run_id)
+    # Owned by another process: tell it now rather than at its next checkpoint.
+    await get_channel_layer().group_send(sync_group(session.pk), {"type": "chat.cancel", "run_id": run_id})
+    return stopped
+
+
+async def _stop_here(runner: SessionRunner, live: LiveRun) -> bool:
+    """Stop a run of this process: flag it, and if its model stream is stalled (the engine looks at
+    the flag only between chunks) cancel the task reading it, which the engine also takes for a stop
+    and which closes the model's HTTP stream."""
+    await Agent.acancel_run(live.run_id)
+    reader = runner.reader
+
+    def hard_stop():
+        if runner.current is live and reader is not None and not reader.done() and not live.ending:
+            reader.cancel()
+
+    asyncio.get_running_loop().call_later(settings.CHAT_STOP_GRACE_SECONDS, hard_stop)
+    return True
+
+
+# --- one session's queue -----------------------------------------------------------------------------
+
+
+async def _drain(runner: SessionRunner) -> None:
+    listener = asyncio.create_task(_listen(runner), name=f"chat-sync-{runner.session_pk}")
+    try:
+        while runner.pending:
+            item = runner.pending.popleft()
+            if item.cancelled:
+                continue
+            runner.starting = item
+            try:
+                await _run_one(runner, item)
+            except Exception:
+                logger.exception("Run for session %s failed", runner.session_pk)
+                await _to_session(runner.session_pk, status_html("The reply failed unexpectedly.", "error"))
+            finally:
+                runner.starting, runner.current = None, None
+    finally:
+        listener.cancel()
+        with suppress(asyncio.CancelledError):
+            await listener
+        task = asyncio.current_task()
+        if runner.pending and not (task and task.cancelling()):
+            # A message arrived while this task was closing down: it must not be left waiting.
+            runner.task = asyncio.create_task(_drain(runner), name=f"chat-session-{runner.session_pk}")
+        elif _runners.get(runner.session_pk) is runner:
+            del _runners[runner.session_pk]
+
+
+async def _listen(runner: SessionRunner) -> None:
+    """Answer catch-up and stop requests from sockets in other processes while this runner works."""
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    group = sync_group(runner.session_pk)
+    await layer.group_add(group, channel)
+    try:
+        while True:
+            message = await layer.receive(channel)
+            live = runner.current
+            if message.get("type") == "chat.cancel" and live and live.run_id == message.get("run_id"):
+                await _stop_here(runner, live)
+            elif message.get("type") == "chat.sync_request" and live and message.get("reply_channel"):
+                text = live.text
+                html = await sync_to_async(_render_live_run)(live, text)
+                await layer.send(message["reply_channel"], {
+                    "type": "chat.sync_reply", "run_id": live.run_id, "html": html, "text_len": len(text),
+                })
+    finally:
+        await asyncio.shield(layer.group_discard(group, channel))
+
+
+class _End:
+    """Marks the end of a run's event stream."""
+
+
+_FLUSH = object()  # queued by the batch timer: send the text gathered so far
+
+
+async def _run_one(runner: SessionRunner, item: Pending) -> None:
+    pk = runner.session_pk
+    await aclose_old_connections()  # a long-lived server: drop connections that went stale while idle
+    session = await ChatSession.objects.filter(pk=pk).afirst()
+    if session is None:
+        return
+    try:
+        agent = assistants.get_assistant(session.component_id)
+    except KeyError:
+        await _to_session(pk, status_html(f"This session's assistant ({session.component_id}) is not available.",
+                                          "error"))
+        return
+    if item.shown_queued:
+        await _to_session(pk, f'<li id="queued-{item.queued_id}" hx-swap-oob="delete"></li>')
+    await _to_session(pk, status_html("Waiting for the reply…"))
+
+    events: asyncio.Queue = asyncio.Queue()
+
+    async def pump():
+        # The engine's stream is read by a task of its own: the loop below waits on the queue (and
+        # the batch timer) without ever interrupting a read, and Stop can cancel just this task.
+        stream = agent.arun(item.text, session_id=session.session_id, user_id=item.user, stream=True,
+                            stream_events=True)
+        try:
+            async with aclosing(stream):
+                async for event in stream:
+                    if event.event == RunEvent.run_started and item.cancelled:
+                        # Stopped before it started: the engine is paused at this event, before
+                        # any model call, and sees the flag as soon as it resumes.
+                        await Agent.acancel_run(event.run_id)
+                    events.put_nowait(event)
+        except Exception as exc:  # noqa: BLE001 - handed to the loop below, which raises it
+            events.put_nowait(exc)
+        finally:
+            events.put_nowait(_End())
+
+    pump_task = runner.reader = asyncio.create_task(pump(), name=f"chat-run-{pk}")
+    batch = settings.CHAT_STREAM_BATCH_SECONDS
+    loop = asyncio.get_running_loop()
+    timer: asyncio.TimerHandle | None = None  # puts _FLUSH in the queue when the batch is due
+    live: LiveRun | None = None
+    done = False
+    try:
+        while True:
+            event = await events.get()
+            if event is _FLUSH:
+                timer = None
+                await _flush(pk, live)
+                continue
+            if isinstance(event, _End):
+                break
+            if isinstance(event, Exception):
+                raise event
+            kind = event.event
+            if kind == RunEvent.run_started:
+                live = await _started(runner, item, event.run_id)
+            elif live is None:
+                continue
+            elif kind == RunEvent.run_content:
+                live.add(event.content or "")
+                wait = live.last_flush + batch - time.monotonic()
+                if wait <= 0:
+                    await _flush(pk, live)  # the first text goes at once; later text at most every batch
+                elif timer is None:
+                    timer = loop.call_later(wait, events.put_nowait, _FLUSH)
+            elif kind in (RunEvent.tool_call_started, RunEvent.tool_call_completed):
+                await _flush(pk, live)
+                await _to_session(pk, _note_tool(live, event))
+            elif kind == RunEvent.state_changed:
+                await _flush(pk, live)
+                live.changed_keys = sorted(set(live.changed_keys) | set(event.changed_keys))
+                session.session_state = event.session_state
+                await _to_session(pk, await sync_to_async(_render_state)(session, event.changed_keys))
+            elif kind == RunEvent.run_cancelled:
+                live.ending = True
+                await _flush(pk, live)
+            elif kind in (RunEvent.run_completed, RunEvent.run_error):
+                live.ending = True
+                await _flush(pk, live)
+                await _finished(runner, item, live)
+                done = True
+        if live is not None and not done:  # the stream ended without a final event: show what is stored
+            done = True
+            await _finished(runner, item, live)
+    except Exception:
+        if live is not None and not done:  # never leave a run shown as running
+            with suppress(Exception):
+                await _finished(runner, item, live)
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if not pump_task.done():
+            pump_task.cancel()
+        with suppress(asyncio.CancelledError):
+            await pump_task
+        runner.reader = None
+
+
+async def _started(runner: SessionRunner, item: Pending, run_id: str) -> LiveRun:
+    run, html = await sync_to_async(_load_started_run)(run_id)
+    live = LiveRun(run_id=run_id, run=run, base_messages=list(run.shown_messages))
+    runner.current, runner.starting = live, None
+    pk = runner.session_pk
+    await _to_session(pk, oob_wrap(html, "beforeend:#transcript") + status_html("Generating a reply…"))
+    await push_session_row(pk, runner.owner_pk, to_top=True)
+    if item.cancelled:  # Stop was pressed before the run started
+        await _stop_here(runner, live)
+    return live
+
+
+def _note_tool(live: LiveRun, event) -> str:
+    """Keep a tool call seen live (as the messages the engine stores at the end) and return its row."""
+    tool = event.tool
+    started = event.event == RunEvent.tool_call_started
+    if started:
+        live.tool_messages.append(Message(
+            role=Role.ASSISTANT, content="",
+            tool_calls=[{"id": tool.tool_call_id, "name": tool.tool_name,
+                         "arguments": json.dumps(tool.tool_args, ensure_ascii=False)}],
+        ))
+    else:
+        live.tool_messages.append(Message(
+            role=Role.TOOL, content=tool.result or "", tool_call_id=tool.tool_call_id, tool_name=tool.tool_name,
+            tool_error=tool.tool_call_error,
+        ))
+    call = rendering.ToolCallView(
+        tool.tool_call_id, tool.tool_name, json.dumps(tool.tool_args, indent=2, ensure_ascii=False),
+        result=None if started else (tool.result or ""), error=tool.tool_call_error,
+    )
+    row = rendering.render_tool_call(live.run_id, call)
+    return oob_wrap(row, f"beforeend:#tools-{live.run_id}") if started else oob(row)
+
+
+async def _flush(session_pk: int, live: LiveRun | None) -> None:
+    """Send the reply text not yet sent, as one batch with its offset."""
+    if live is None or live.flushed >= live.length:
+        return
+    text = live.text
+    start, chunk = live.flushed, text[live.flushed :]
+    live.flushed, live.last_flush = len(text), time.monotonic()
+    await asend_to_session(session_pk, "chat.tokens", run_id=live.run_id, start=start, text=chunk)
+
+
+_STATUS_NOTES = {
+    RunStatus.COMPLETED: ("Reply complete.", "info"),
+    RunStatus.CANCELLED: ("Stopped. The partial reply was kept.", "info"),
+    RunStatus.ERROR: ("The reply failed. You can retry it.", "error"),
+    RunStatus.INTERRUPTED: ("The reply was interrupted.", "error"),
+}
+
+
+def _render_finished(live: LiveRun) -> tuple[str, ChatSession, str]:
+    """The finished run from the database plus the state panel as stored now (a failed run's
+    mid-run state changes were not kept, so the panel must show the stored state again)."""
+    run = Run.objects.get(run_id=live.run_id)
+    session = ChatSession.objects.get(pk=run.session_id)
+    html = oob(rendering.render_run(run)) + oob(rendering.render_state_panel(session, live.changed_keys))
+    return html, session, run.status
+
+
+async def _finished(runner: SessionRunner, item: Pending, live: LiveRun) -> None:
+    pk = runner.session_pk
+    html, session, status = await sync_to_async(_render_finished)(live)
+    runner.current = None
+    note, kind = _STATUS_NOTES.get(status, ("Reply finished.", "info"))
+    await asend_to_session(pk, "chat.run_done", run_id=live.run_id, html=html + status_html(note, kind))
+    await push_session_row(pk, runner.owner_pk, to_top=True)
+    if status == RunStatus.COMPLETED and session.name_source in (NameSource.NONE, NameSource.FALLBACK):
+        _keep(asyncio.create_task(generate_title(session, item.user), name=f"chat-title-{pk}"))
+
+
+# --- catch-up -----------------------------------------------------------------------------------------
+
+
+async def live_run_html(live: LiveRun, text: str, append: bool = False) -> str:
+    """A run in flight with the whole text so far: replacing its fragment, or appended when new to the page."""
+    html = await sync_to_async(_render_live_run)(live, text)
+    if append:
+        return oob_wrap(html.replace(' hx-swap-oob="true"', "", 1), "beforeend:#transcript")
+    return html
+
+
+def _missed(session_pk: int, last_run: str | None, running: str, skip: str) -> tuple[str, bool]:
+    """Runs a page has not seen: newer than `last_run` (None: the page did not say), and the final form
+    of runs it shows as running. Also whether the run `skip` (in flight) is new to the page."""
+    runs = Run.objects.filter(session_id=session_pk, parent_run__isnull=True)
+    parts, skip_is_new = [], False
+    if last_run is not None:
+        anchor = runs.filter(run_id=last_run).values_list("pk", flat=True).first() if last_run else 0
+        if anchor is not None:
+            newer = list(runs.filter(pk__gt=anchor).order_by("-pk")[: rendering.TRANSCRIPT_RUNS])[::-1]
+            skip_is_new = any(run.run_id == skip for run in newer)
+            shown = "".join(rendering.render_run(run) for run in newer if run.run_id != skip)
+            if shown:
+                parts.append(oob_wrap(shown, "beforeend:#transcript"))
+    for run_id in filter(None, running.split(",")):
+        if run_id != skip:
+            run = runs.filter(run_id=run_id).exclude(status=RunStatus.RUNNING).first()
+            if run is not None:
+                parts.append(oob(rendering.render_run(run)))
+    return "".join(parts), skip_is_new
+
+
+async def missed_html(session_pk: int, last_run: str | None, running: str = "", skip: str = "") -> tuple[str, bool]:
+    return await sync_to_async(_missed)(session_pk, last_run, running, skip)
+
+
+def _state_panel(session_pk: int) -> str:
+    return oob(rendering.render_state_panel(ChatSession.objects.get(pk=session_pk)))
+
+
+async def state_panel_html(session_pk: int) -> str:
+    return await sync_to_async(_state_panel)(session_pk)
+
+
+# --- titles ---------------------------------------------------------------------------------------------
+
+
+async def generate_title(session: ChatSession, user, attempts: int | None = None) -> bool:
+    """Name the session with the model in the background; pushes the row. Never replaces a user title.
+
+    Retried with back-off when it fails; the title write does not touch last_activity_at, so the
+    session keeps its place in the sidebar.
+    """
+    attempts = attempts or settings.CHAT_TITLE_ATTEMPTS
+    try:
+        agent = assistants.get_assistant(session.component_id)
+    except KeyError:
+        return False
+    delay = settings.CHAT_TITLE_RETRY_SECONDS
+    for attempt in range(attempts):
+        try:
+            await agent.aset_session_name(session_id=session.session_id, autogenerate=True, user_id=user)
+            break
+        except (SessionNotFoundError, SessionOwnershipError):
+            return False
+        except Exception:
+            logger.warning("Title for session %s failed (attempt %d)", session.session_id, attempt + 1, exc_info=True)
+            if attempt + 1 == attempts:
+                return False
+            await asyncio.sleep(delay)
+            delay *= 2
+    await push_session_row(session.pk, session.owner_id)
+    return True
+
+
+async def regenerate_title(session: ChatSession, user) -> bool:
+    """The "Regenerate title" action: the user asked, so a title they typed may be replaced too."""
+    await ChatSession.objects.filter(pk=session.pk, name_source=NameSource.USER).aupdate(name_source=NameSource.AUTO)
+    return await generate_title(session, user)
+
+
+def start_regenerate_title(session: ChatSession, user) -> asyncio.Task:
+    """`regenerate_title` in the background, so the socket stays free for Stop meanwhile."""
+    return _keep(asyncio.create_task(regenerate_title(session, user), name=f"chat-title-{session.pk}"))

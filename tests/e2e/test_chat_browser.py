@@ -1,0 +1,331 @@
+"""The chat in headless Chromium against daphne, the test database and the local model server."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import pytest
+from playwright.sync_api import expect
+
+from sessions_core.models import ChatSession, RunStatus
+from tests.e2e.conftest import log_in
+from tests.factories import make_run, make_session, make_user
+from tests.llm_server import Error, Text, ToolCalls
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+expect.set_options(timeout=10_000)
+
+VIEWS = {
+    "desktop": {"width": 1280, "height": 800},
+    "phone": {"width": 390, "height": 844},
+}
+
+
+def open_chat(page, server, session: ChatSession):
+    """Open a session's page and wait until its socket is connected."""
+    page.goto(f"{server.url}/s/{session.session_id}/")
+    expect(page.locator(".session-area[data-live='open']")).to_have_count(1)
+
+
+def send(page, text: str):
+    page.locator("#composer-text").fill(text)
+    page.locator("#composer-text").press("Enter")
+
+
+def last_run(page):
+    return page.locator("#transcript .run").last
+
+
+def test_a_shopping_list_reply_streams_and_the_state_panel_updates_live(page, browser, daphne_server, llm_server,
+                                                                       screenshots):
+    make_user("alice", "pw-alice-123")
+    hold = threading.Event()
+    llm_server.add(
+        ToolCalls([("add_item", {"item": "milk"}), ("add_item", {"item": "eggs"})]),
+        Text("I added **milk** and **eggs** to your shopping list. Anything else?", wait_event=hold),
+        Text("Milk and eggs"),
+    )
+    # Log in through the form, start a session with the shopping-list assistant.
+    page.goto(f"{daphne_server.url}/accounts/login/")
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill("pw-alice-123")
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(re.compile(r"/new/$"))
+    page.locator("input[name=assistant][value=shopping]").check()
+    page.get_by_role("button", name="Start chatting").click()
+    expect(page).to_have_url(re.compile(r"/s/[^/]+/$"))
+    expect(page.locator(".session-area[data-live='open']")).to_have_count(1)
+
+    send(page, "add milk and eggs")
+    expect(page.locator("#composer-text")).to_have_value("")
+    run = last_run(page)
+    # Mid-reply: the first words are in, the tools ran, and the panel already shows both items.
+    expect(run).to_have_attribute("data-status", "running")
+    expect(run.locator(".reply")).to_have_text(re.compile(r"^I\s*$"))
+    expect(run.locator(".tool-call")).to_have_count(2)
+    expect(page.locator("#state-panel")).to_contain_text("milk")
+    expect(page.locator("#state-panel")).to_contain_text("eggs")
+    expect(page.locator("#transcript")).to_have_attribute("aria-busy", "true")
+    expect(page.locator("#stop-button")).to_be_visible()
+    page.screenshot(path=str(screenshots / "chat-desktop-light-streaming.png"))
+    hold.set()
+    expect(run).to_have_attribute("data-status", "completed")
+    expect(run.locator(".reply strong")).to_have_text(["milk", "eggs"])
+    expect(run.locator(".run-meta")).to_contain_text("tokens")
+    expect(page.locator("#transcript")).to_have_attribute("aria-busy", "false")
+    expect(page.locator("#stop-button")).to_be_hidden()
+    expect(page.locator("#run-status")).to_have_text("Reply complete.")
+    # The generated title reaches the sidebar without a reload.
+    expect(page.locator(".session-link[aria-current=page] .session-title")).to_have_text("Milk and eggs")
+
+    session = ChatSession.objects.get(owner__username="alice")
+    assert session.session_state["shopping_list"] == ["milk", "eggs"]
+    for view, size in VIEWS.items():
+        for scheme in ("light", "dark"):
+            context = browser.new_context(viewport=size, color_scheme=scheme)
+            log_in(context, daphne_server.url, session.owner)
+            shot = context.new_page()
+            open_chat(shot, daphne_server, session)
+            expect(last_run(shot)).to_have_attribute("data-status", "completed")
+            shot.screenshot(path=str(screenshots / f"chat-{view}-{scheme}.png"))
+            context.close()
+
+
+def test_a_rename_and_a_new_session_reach_a_second_tab(context, daphne_server):
+    alice = make_user("alice")
+    groceries = make_session(alice, component_id="general", name="Groceries", name_source="user")
+    make_run(groceries, "what should I buy?", "Milk.")
+    other = make_session(alice, component_id="general", name="Other chat", name_source="user")
+    log_in(context, daphne_server.url, alice)
+    first, second = context.new_page(), context.new_page()
+    open_chat(first, daphne_server, groceries)
+    open_chat(second, daphne_server, other)
+
+    row = f"#session-item-{groceries.pk}"
+    first.locator(f"{row} .session-link").dblclick()
+    name = first.locator(f"{row} input[name=name]")
+    expect(name).to_be_focused()
+    name.fill("Weekly groceries")
+    name.press("Enter")
+    expect(first.locator(f"{row} .session-title")).to_have_text("Weekly groceries")
+    expect(second.locator(f"{row} .session-title")).to_have_text("Weekly groceries")  # live, no reload
+    first.reload()
+    expect(first.locator(f"{row} .session-title")).to_have_text("Weekly groceries")
+    expect(first.locator(f"{row} .session-link")).to_have_attribute("aria-current", "page")
+
+    rows = second.locator("#session-list .session-item")
+    expect(rows).to_have_count(2)
+    first.goto(f"{daphne_server.url}/new/")
+    first.locator("input[name=assistant][value=general]").check()
+    first.get_by_role("button", name="Start chatting").click()
+    expect(first).to_have_url(re.compile(r"/s/[^/]+/$"))
+    expect(rows).to_have_count(3)  # the new session appeared in the other tab
+
+
+def test_stop_ends_a_long_reply_and_keeps_what_was_written(page, daphne_server, llm_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Story", name_source="user")
+    hold = threading.Event()  # never set: the model writes one word, then nothing more
+    llm_server.add(Text("Once upon a time there was a very long story that never ended.", wait_event=hold))
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    send(page, "tell me a long story")
+    run = last_run(page)
+    expect(run.locator(".reply")).to_contain_text("Once")
+    page.locator("#stop-button").click()
+    expect(run).to_have_attribute("data-status", "cancelled")
+    expect(run.locator(".run-note.stopped")).to_be_visible()
+    expect(run.locator(".reply")).to_have_text("Once")
+    expect(page.locator("#stop-button")).to_be_hidden()
+    expect(page.locator("#composer-text")).to_be_focused()
+    assert llm_server.wait_for_disconnects(1, 5)  # the model's stream was closed too
+    assert session.runs.get().status == RunStatus.CANCELLED
+
+
+def test_a_message_sent_during_a_reply_waits_in_the_queue(page, daphne_server, llm_server, screenshots):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Queue", name_source="user")
+    hold = threading.Event()
+    llm_server.add(Text("The first reply, slowly.", wait_event=hold), Text("The second reply."))
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    send(page, "first message")
+    expect(last_run(page).locator(".reply")).to_contain_text("The")
+    send(page, "second message")
+    queued = page.locator("#queue .queued-item")
+    expect(queued).to_have_count(1)
+    expect(queued).to_contain_text("second message")
+    expect(queued).to_contain_text("Queued: will run after the current reply")
+    expect(page.locator("#run-status")).to_have_text("Your message is queued; it will run after the current reply.")
+    page.screenshot(path=str(screenshots / "chat-desktop-light-queued.png"))
+    hold.set()
+    expect(page.locator("#transcript .run[data-status=completed]")).to_have_count(2)
+    expect(page.locator("#queue")).to_be_hidden()
+    expect(last_run(page).locator(".user-message")).to_contain_text("second message")
+    expect(last_run(page).locator(".reply")).to_have_text("The second reply.")
+
+
+def test_shift_enter_adds_a_line_and_retry_runs_a_failed_message_again(page, daphne_server, llm_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Retry", name_source="user")
+    llm_server.add(Error(400, "The model refused this request."), Text("Second time lucky."))
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    box = page.locator("#composer-text")
+    box.fill("line one")
+    box.press("Shift+Enter")
+    box.press_sequentially("line two")
+    expect(box).to_have_value("line one\nline two")  # Shift+Enter added a line and sent nothing
+    box.press("Enter")
+    failed = last_run(page)
+    expect(failed).to_have_attribute("data-status", "error")
+    expect(failed.locator(".user-message .message-text")).to_have_text("line one\nline two")
+    expect(failed.locator(".run-note.error")).to_contain_text("The model refused this request.")
+    failed.get_by_role("button", name="Retry").click()
+    expect(page.locator("#transcript .run")).to_have_count(2)
+    retried = last_run(page)
+    expect(retried).to_have_attribute("data-status", "completed")
+    expect(retried.locator(".user-message .message-text")).to_have_text("line one\nline two")
+    expect(retried.locator(".reply")).to_have_text("Second time lucky.")
+
+
+def test_the_transcript_follows_the_reply_unless_the_user_scrolled_up(page, daphne_server, llm_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Long", name_source="user")
+    for number in range(12):
+        make_run(session, f"question {number}", "\n\n".join(f"Paragraph {n} of answer {number}." for n in range(4)))
+    long_reply = " ".join(f"word{n}" + ("\n" if n % 8 == 7 else "") for n in range(160))
+    llm_server.add(Text(long_reply, chunk_delay=0.002))
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    at_bottom = "t => t.scrollHeight - t.scrollTop - t.clientHeight < 8"
+    transcript = page.locator("#transcript")
+    send(page, "a long answer please")
+    expect(last_run(page)).to_have_attribute("data-status", "completed")
+    assert transcript.evaluate(at_bottom)  # followed the reply to its end
+
+    hold = threading.Event()
+    llm_server.add(Text(long_reply, wait_event=hold))
+    send(page, "another one")
+    expect(last_run(page).locator(".reply")).to_contain_text("word0")
+    transcript.evaluate("t => { t.scrollTop = 0; }")  # the user scrolls up to read
+    hold.set()
+    expect(last_run(page)).to_have_attribute("data-status", "completed")
+    assert transcript.evaluate("t => t.scrollTop") == 0  # and is left there
+
+
+def test_escape_stops_the_reply(page, daphne_server, llm_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Esc", name_source="user")
+    llm_server.add(Text("Counting one two three four five", wait_event=threading.Event()))
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    send(page, "count")
+    expect(last_run(page).locator(".reply")).to_contain_text("Counting")
+    page.keyboard.press("Escape")
+    expect(last_run(page)).to_have_attribute("data-status", "cancelled")
+
+
+def test_a_reload_in_the_middle_of_a_reply_shows_the_whole_reply(page, daphne_server, llm_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Greek", name_source="user")
+    hold = threading.Event()
+    reply = "alpha beta gamma delta epsilon zeta eta theta"
+    llm_server.add(Text(reply, wait_event=hold))
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    send(page, "greek letters")
+    expect(last_run(page).locator(".reply")).to_contain_text("alpha")
+    page.reload()
+    expect(page.locator(".session-area[data-live='open']")).to_have_count(1)
+    run = last_run(page)
+    expect(run).to_have_attribute("data-status", "running")
+    expect(run.locator(".reply")).to_have_text(re.compile(r"^alpha\s*$"))  # the text so far, after the reload
+    hold.set()
+    expect(run).to_have_attribute("data-status", "completed")
+    expect(run.locator(".reply")).to_have_text(reply)  # the whole reply, not its tail
+
+
+def test_a_tab_on_another_server_process_catches_up_and_stops_the_run(context, daphne_pair, llm_server):
+    first, second = daphne_pair
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Two processes", name_source="user")
+    hold = threading.Event()
+    llm_server.add(Text("alpha beta gamma delta", wait_event=hold))
+    log_in(context, first.url, alice)  # cookies ignore the port: one login serves both servers
+    here, there = context.new_page(), context.new_page()
+    open_chat(here, first, session)
+    send(here, "greek letters")
+    expect(last_run(here).locator(".reply")).to_have_text(re.compile(r"^alpha\s*$"))
+    assert session.runs.get().content == ""  # not checkpointed yet: only the first process has the text
+
+    open_chat(there, second, session)
+    run = last_run(there)
+    expect(run).to_have_attribute("data-status", "running")
+    expect(run.locator(".reply")).to_have_text(re.compile(r"^alpha\s*$"))  # asked of the first process
+    there.locator("#stop-button").click()  # the stop travels to the process that owns the run
+    expect(run).to_have_attribute("data-status", "cancelled")
+    expect(last_run(here)).to_have_attribute("data-status", "cancelled")
+    assert llm_server.wait_for_disconnects(1, 5)
+    hold.set()
+
+
+def test_delete_and_undo(page, daphne_server):
+    alice = make_user("alice")
+    keep = make_session(alice, component_id="general", name="Keep me", name_source="user")
+    doomed = make_session(alice, component_id="general", name="Delete me", name_source="user")
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, keep)
+    row = page.locator(f"#session-item-{doomed.pk}")
+    row.hover()
+    row.locator(".delete-button").click()
+    expect(row).to_have_count(0)
+    toast = page.locator(f"#toast-{doomed.pk}")
+    expect(toast).to_contain_text("Delete me")
+    toast.get_by_role("button", name="Undo").click()
+    expect(page.locator(f"#session-item-{doomed.pk} .session-title")).to_have_text("Delete me")
+    page.reload()
+    expect(page.locator(f"#session-item-{doomed.pk}")).to_have_count(1)
+    doomed.refresh_from_db()
+    assert doomed.deleted_at is None
+
+
+def test_markup_in_messages_and_replies_shows_as_text_and_never_runs(page, daphne_server, llm_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Safety", name_source="user")
+    dialogs, console = [], []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.on("console", lambda message: console.append(message.text))
+    message = '<script>alert("user")</script> **bold** <img src=x onerror="alert(\'img\')">'
+    reply = 'Echo <script>console.log("pwned")</script> and **strong** <img src=x onerror="alert(\'reply\')"> done'
+    llm_server.add(Text(reply, chunk_delay=0.01))
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    send(page, message)
+    run = last_run(page)
+    expect(run).to_have_attribute("data-status", "completed")
+    expect(run.locator(".user-message .message-text")).to_have_text(message)
+    expect(run.locator(".reply strong")).to_have_text("strong")  # markdown is rendered...
+    expect(run.locator(".reply")).to_contain_text('<script>console.log("pwned")</script>')  # ...raw HTML is text
+    assert run.locator("script, img, [onerror]").count() == 0
+    page.reload()
+    expect(last_run(page).locator(".reply")).to_contain_text('<img src=x onerror="alert(\'reply\')">')
+    assert dialogs == []
+    assert not [line for line in console if "pwned" in line]
+
+
+def test_the_offline_model_end_to_end(page, offline_daphne_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="shopping")
+    log_in(page.context, offline_daphne_server.url, alice)
+    open_chat(page, offline_daphne_server, session)
+    send(page, "add milk and eggs")
+    run = last_run(page)
+    expect(run).to_have_attribute("data-status", "completed")
+    expect(run.locator(".tool-call")).to_have_count(2)
+    expect(page.locator("#state-panel")).to_contain_text("milk")
+    expect(page.locator("#state-panel")).to_contain_text("eggs")
+    expect(run.locator(".run-meta")).to_contain_text("offline-demo")
+    session.refresh_from_db()
+    assert session.session_state["shopping_list"] == ["milk", "eggs"]

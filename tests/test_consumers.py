@@ -1,0 +1,435 @@
+"""The chat websocket through the real ASGI stack (origin check, session auth, URL routing), with
+runs against the local OpenAI-compatible test server."""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import timedelta
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.test import Client, TransactionTestCase
+from django.urls import reverse
+from django.utils import timezone
+
+from chatapp import live
+from chatapp.broadcast import sync_group
+from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus
+from tests.factories import make_run, make_session, make_user
+from tests.live_support import (
+    LiveTestMixin,
+    frames_until,
+    run_done,
+    settle,
+    started_run_id,
+    streamed_text,
+    token_frames,
+)
+from tests.llm_server import Error, Text, ToolCalls
+
+
+def is_error(frame: str) -> bool:
+    return "innerHTML:#run-status" in frame and "status-error" in frame
+
+
+class TestConnect(LiveTestMixin, TransactionTestCase):
+    def setUp(self):
+        self.alice = make_user("alice")
+        self.bob = make_user("bob", "pw-bob-123")
+        self.session = make_session(self.alice, component_id="general")
+
+    async def test_it_refuses_anonymous_users(self):
+        socket = await self.socket(self.session.session_id, None, connect=False)
+        connected, code = await socket.connect()
+        assert (connected, code) == (False, 4401)
+
+    async def test_it_refuses_another_users_session(self):
+        socket = await self.socket(self.session.session_id, self.bob, connect=False)
+        connected, code = await socket.connect()
+        assert (connected, code) == (False, 4403)
+
+    async def test_it_refuses_an_unknown_session_id(self):
+        socket = await self.socket("no-such-session", self.alice, connect=False)
+        connected, code = await socket.connect()
+        assert (connected, code) == (False, 4403)
+
+    async def test_it_refuses_a_session_in_the_trash(self):
+        await ChatSession.objects.filter(pk=self.session.pk).aupdate(deleted_at=self.session.created_at)
+        socket = await self.socket(self.session.session_id, self.alice, connect=False)
+        connected, code = await socket.connect()
+        assert (connected, code) == (False, 4403)
+
+    async def test_it_accepts_the_owner_and_sends_nothing_when_nothing_is_live(self):
+        socket = await self.socket(self.session.session_id, self.alice)
+        assert await socket.receive_nothing(timeout=0.2)
+        await socket.disconnect()
+
+
+class TestBadFrames(LiveTestMixin, TransactionTestCase):
+    def setUp(self):
+        self.alice = make_user("alice")
+        self.session = make_session(self.alice, component_id="general")
+
+    async def test_each_bad_frame_gets_an_error_and_writes_nothing(self):
+        socket = await self.socket(self.session.session_id, self.alice)
+        too_long = "x" * 20_001
+        bad = {
+            "not json {": "not JSON",
+            "[1, 2]": "not a JSON object",
+            '"send"': "not a JSON object",
+            json.dumps({"type": "shout", "text": "hi"}): "Unknown request type",
+            json.dumps({"text": "hi"}): "Unknown request type",
+            json.dumps({"type": "send"}): "Type a message first",
+            json.dumps({"type": "send", "text": "   \n "}): "Type a message first",
+            json.dumps({"type": "send", "text": 42}): "Type a message first",
+            json.dumps({"type": "send", "text": too_long}): "20,001 characters long; the limit is 20,000",
+            json.dumps({"type": "retry"}): "The run_id is missing",
+            json.dumps({"type": "retry", "run_id": "r" * 65}): "The run_id is too long",
+            json.dumps({"type": "stop", "run_id": ["x"]}): "The run_id is missing",
+        }
+        for frame, message in bad.items():
+            await socket.send_to(text_data=frame)
+            answer = await socket.receive_from(timeout=5)
+            assert is_error(answer), frame
+            assert message in answer, (frame, answer)
+        await socket.send_to(bytes_data=b"\x00\x01")
+        assert "Binary frames are not accepted" in await socket.receive_from(timeout=5)
+
+        assert await Run.objects.acount() == 0
+        assert await Message.objects.acount() == 0
+        assert (await ChatSession.objects.aget(pk=self.session.pk)).name == ""
+        # The socket still works: a stop with nothing running is answered, not refused.
+        await socket.send_to(text_data=json.dumps({"type": "stop", "HEADERS": {"HX-Request": "true"}}))
+        assert "Nothing to stop." in await socket.receive_from(timeout=5)
+        await socket.disconnect()
+
+    async def test_the_limit_is_a_setting(self):
+        with self.settings(CHAT_MAX_MESSAGE_CHARS=5):
+            socket = await self.socket(self.session.session_id, self.alice)
+            await socket.send_to(text_data=json.dumps({"type": "send", "text": "123456"}))
+            assert "6 characters long; the limit is 5" in await socket.receive_from(timeout=5)
+            await socket.disconnect()
+        assert await Run.objects.acount() == 0
+
+    async def test_a_retry_of_another_sessions_run_is_refused(self):
+        other = await sync_to_async(make_session)(self.alice, component_id="general")
+        foreign = await sync_to_async(make_run)(other, "secret question", None, status=RunStatus.ERROR)
+        socket = await self.socket(self.session.session_id, self.alice)
+        await socket.send_to(text_data=json.dumps({"type": "retry", "run_id": foreign.run_id}))
+        assert "That reply cannot be retried." in await socket.receive_from(timeout=5)
+        assert await Run.objects.acount() == 1
+        await socket.disconnect()
+
+    async def test_a_stop_of_another_sessions_run_is_refused(self):
+        bob = await sync_to_async(make_user)("bob", "pw-bob-123")
+        theirs = await sync_to_async(make_session)(bob, component_id="general")
+        running = await sync_to_async(make_run)(theirs, "hi", None, status=RunStatus.RUNNING)
+        socket = await self.socket(self.session.session_id, self.alice)
+        await socket.send_to(text_data=json.dumps({"type": "stop", "run_id": running.run_id}))
+        assert "Nothing to stop." in await socket.receive_from(timeout=5)
+        assert not (await Run.objects.aget(pk=running.pk)).cancel_requested
+        await socket.disconnect()
+
+
+class TestResume(LiveTestMixin, TransactionTestCase):
+    """What a page that reconnects missed, from the runs it says it shows."""
+
+    def setUp(self):
+        self.alice = make_user("alice")
+        self.session = make_session(self.alice, component_id="general")
+        self.first = make_run(self.session, "first question", "first answer")
+        self.second = make_run(self.session, "second question", "**second** answer")
+
+    async def test_runs_newer_than_the_pages_last_run_are_appended(self):
+        socket = await self.socket(self.session.session_id, self.alice, query=f"last_run={self.first.run_id}")
+        frame = await socket.receive_from(timeout=5)
+        assert frame.startswith('<div hx-swap-oob="beforeend:#transcript">')
+        assert f'id="run-{self.second.run_id}"' in frame
+        assert f'id="run-{self.first.run_id}"' not in frame
+        assert "<strong>second</strong>" in frame
+        assert await socket.receive_nothing(timeout=0.2)
+        await socket.disconnect()
+
+    async def test_an_empty_page_gets_every_run_and_an_up_to_date_page_nothing(self):
+        socket = await self.socket(self.session.session_id, self.alice, query="last_run=")
+        frame = await socket.receive_from(timeout=5)
+        assert frame.index(self.first.run_id) < frame.index(self.second.run_id)
+        await socket.disconnect()
+        socket = await self.socket(self.session.session_id, self.alice, query=f"last_run={self.second.run_id}")
+        assert await socket.receive_nothing(timeout=0.2)
+        await socket.disconnect()
+
+    async def test_a_run_the_page_shows_running_comes_back_finished(self):
+        query = f"last_run={self.second.run_id}&running={self.second.run_id}&reconnect=1"
+        socket = await self.socket(self.session.session_id, self.alice, query=query)
+        frames = [await socket.receive_from(timeout=5) for _ in range(3)]
+        final = next(f for f in frames if f'id="run-{self.second.run_id}"' in f)
+        assert 'hx-swap-oob="true"' in final and 'data-status="completed"' in final
+        assert any('id="queue"' in f for f in frames)  # a reconnect refreshes the queue...
+        assert any('id="state-panel"' in f for f in frames)  # ...and the state panel
+        await socket.disconnect()
+
+
+class TestRuns(LiveTestMixin, TransactionTestCase):
+    """Runs started from the socket: tasks that commit from the test's database thread."""
+
+    def setUp(self):
+        self.alice = make_user("alice")
+        self.shopping = make_session(self.alice, component_id="shopping")
+
+    async def send(self, socket, text: str):
+        await socket.send_to(text_data=json.dumps({"type": "send", "text": text, "HEADERS": {"HX-Request": "true"}}))
+
+    async def test_a_send_streams_the_reply_then_the_final_fragment_and_the_state(self):
+        self.llm.add(
+            ToolCalls([("add_item", {"item": "milk"}), ("add_item", {"item": "eggs"})]),
+            Text("I added **milk** and *eggs* to your list, so you are all set for the week.", chunk_delay=0.004),
+            Text("Milk and eggs"),
+        )
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        await self.send(socket, "add milk and eggs")
+        frames = await frames_until(socket, run_done())
+        run_id = started_run_id(frames)
+
+        started = next(i for i, f in enumerate(frames) if f'id="run-{run_id}"' in f)
+        assert "add milk and eggs" in frames[started]
+        rows = [f for f in frames if 'class="tool-call' in f and "data-status" not in f]
+        assert len(rows) == 4  # two calls, each shown running and then done
+        assert 'beforeend:#tools-' in rows[0] and "running…" in rows[0] and "add_item" in rows[0]
+        assert "done" in rows[1] and "Added milk" in rows[1]
+        panels = [i for i, f in enumerate(frames) if 'id="state-panel"' in f]
+        done = len(frames) - 1
+        assert panels and panels[0] < done  # the panel changed mid-run, before the final fragment
+        assert "milk" in frames[panels[0]]
+        # Escaped while streaming, batched (fewer frames than words), complete.
+        tokens = token_frames(frames)
+        text = streamed_text(frames, run_id)
+        assert text == "I added **milk** and *eggs* to your list, so you are all set for the week."
+        assert 1 <= len(tokens) < len(text.split())
+        # The final fragment is the sanitized markdown, plus the state panel as stored.
+        assert "<strong>milk</strong>" in frames[done] and "<em>eggs</em>" in frames[done]
+        assert 'id="state-panel"' in frames[done] and "eggs" in frames[done]
+        assert "Reply complete." in frames[done]
+        await settle()
+        session = await ChatSession.objects.aget(pk=self.shopping.pk)
+        assert session.session_state["shopping_list"] == ["milk", "eggs"]
+        run = await Run.objects.aget(run_id=run_id)
+        assert run.status == RunStatus.COMPLETED
+        await socket.disconnect()
+
+    async def test_a_message_sent_during_a_run_is_queued_and_runs_next(self):
+        hold = threading.Event()
+        self.llm.add(Text("first reply here", wait_event=hold), Text("second reply"))
+        session = await sync_to_async(make_session)(self.alice, component_id="general", name="Chat",
+                                                    name_source=NameSource.USER)
+        socket = await self.socket(session.session_id, self.alice)
+        await self.send(socket, "one")
+        await frames_until(socket, lambda f: "beforeend:#reply-" in f)
+        await self.send(socket, "two")
+        frames = await frames_until(socket, lambda f: "beforeend:#queue" in f)
+        assert "Queued: will run after the current reply" in frames[-1]
+        assert "two" in frames[-1]
+        assert await Run.objects.filter(session=session).acount() == 1  # not started yet
+        hold.set()
+        frames = await frames_until(socket, run_done())
+        frames += await frames_until(socket, run_done())
+        assert any('hx-swap-oob="delete"' in f and "queued-" in f for f in frames)
+        await settle()
+        runs = [run async for run in Run.objects.filter(session=session).order_by("pk")]
+        assert [(r.input, r.content, r.status) for r in runs] == [
+            ("one", "first reply here", "completed"), ("two", "second reply", "completed")
+        ]
+        await socket.disconnect()
+
+    async def test_stop_cancels_the_run_keeps_the_partial_reply_and_closes_the_model_stream(self):
+        hold = threading.Event()  # never set: the reply stops after its first word
+        self.llm.add(Text("partial words that never arrive", wait_event=hold))
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        await self.send(socket, "write a long story")
+        frames = await frames_until(socket, lambda f: "beforeend:#reply-" in f)
+        run_id = started_run_id(frames)
+        await socket.send_to(text_data=json.dumps({"type": "stop", "run_id": run_id}))
+        frames = await frames_until(socket, run_done("cancelled"))
+        assert "Stopped" in frames[-1] and "partial" in frames[-1]
+        await settle()
+        run = await Run.objects.aget(run_id=run_id)
+        assert (run.status, run.content) == (RunStatus.CANCELLED, "partial ")
+        assert await sync_to_async(self.llm.wait_for_disconnects)(1, 5)  # the provider stream was closed
+        await socket.disconnect()
+
+    async def test_stop_without_a_run_id_stops_the_current_run(self):
+        hold = threading.Event()
+        self.llm.add(Text("hello there friend", wait_event=hold))
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        await self.send(socket, "hi")
+        await frames_until(socket, lambda f: "beforeend:#reply-" in f)
+        await socket.send_to(text_data=json.dumps({"type": "stop"}))
+        await frames_until(socket, run_done("cancelled"))
+        await settle()
+        assert await Run.objects.filter(status=RunStatus.CANCELLED).acount() == 1
+        await socket.disconnect()
+
+    async def test_a_socket_joining_mid_reply_gets_the_whole_text_once(self):
+        hold = threading.Event()
+        self.llm.add(Text("alpha beta gamma delta", wait_event=hold))
+        first = await self.socket(self.shopping.session_id, self.alice)
+        await self.send(first, "greek letters please")
+        frames = await frames_until(first, lambda f: "beforeend:#reply-" in f)
+        run_id = started_run_id(frames)
+        assert streamed_text(frames, run_id) == "alpha "
+
+        second = await self.socket(self.shopping.session_id, self.alice)
+        catch_up = await second.receive_from(timeout=5)
+        assert f'id="run-{run_id}"' in catch_up and 'hx-swap-oob="true"' in catch_up
+        assert f'id="reply-{run_id}">alpha </div>' in catch_up
+        # A batch the socket already has (as a slower process might still deliver it) is dropped.
+        await live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=run_id, start=0, text="alpha ")
+        hold.set()
+        frames = await frames_until(second, run_done())
+        assert streamed_text(frames, run_id) == "beta gamma delta"
+        assert "alpha" not in "".join(token_frames(frames))
+        await settle()
+        for socket in (first, second):
+            await socket.disconnect()
+
+    async def test_a_reload_after_a_tool_call_shows_the_tool_rows_in_the_catch_up(self):
+        hold = threading.Event()
+        self.llm.add(ToolCalls([("add_item", {"item": "bread"})]), Text("Added bread for you.", wait_event=hold))
+        first = await self.socket(self.shopping.session_id, self.alice)
+        await self.send(first, "add bread")
+        frames = await frames_until(first, lambda f: "beforeend:#reply-" in f)
+        run_id = started_run_id(frames)
+        second = await self.socket(self.shopping.session_id, self.alice)
+        catch_up = await second.receive_from(timeout=5)
+        assert "add_item" in catch_up and "bread" in catch_up and "Added " in catch_up
+        hold.set()
+        await frames_until(second, run_done(run_id=run_id))
+        await settle()
+        for socket in (first, second):
+            await socket.disconnect()
+
+    async def test_a_model_error_shows_inline_with_retry_and_retry_runs_the_input_again(self):
+        self.llm.add(Error(400, "The test server refuses this."))
+        session = await sync_to_async(make_session)(self.alice, component_id="general", name="Kept",
+                                                    name_source=NameSource.USER)
+        socket = await self.socket(session.session_id, self.alice)
+        await self.send(socket, "please answer")
+        frames = await frames_until(socket, run_done("error"))
+        failed = started_run_id(frames)
+        assert "The test server refuses this." in frames[-1]
+        assert f'class="retry button small" data-run-id="{failed}"' in frames[-1]
+        self.llm.add(Text("Here is the answer."))
+        await socket.send_to(text_data=json.dumps({"type": "retry", "run_id": failed}))
+        frames = await frames_until(socket, run_done())
+        retried = started_run_id(frames)
+        assert retried != failed
+        await settle()
+        run = await Run.objects.aget(run_id=retried)
+        assert (run.input, run.content) == ("please answer", "Here is the answer.")
+        await socket.disconnect()
+
+    async def test_a_fallback_title_at_once_then_a_generated_one_in_every_tab(self):
+        session = await sync_to_async(make_session)(self.alice, component_id="general")
+        elsewhere = await sync_to_async(make_session)(self.alice, component_id="general")
+        self.llm.add(Text("Sure, here is a plan."), Text("Weekend trip plan"))
+        socket = await self.socket(session.session_id, self.alice)
+        other_tab = await self.socket(elsewhere.session_id, self.alice)  # another session: user group only
+        long_text = "Please help me plan a weekend trip to the mountains with my family"
+        await self.send(socket, long_text)
+        row = f'id="session-item-{session.pk}"'
+        frames = await frames_until(other_tab, lambda f: row in f)
+        assert "Please help me plan a weekend trip to…" in frames[-1]
+        assert await sync_to_async(lambda: ChatSession.objects.get(pk=session.pk).name_source)() == "fallback"
+        await frames_until(socket, run_done())
+        activity = (await ChatSession.objects.aget(pk=session.pk)).last_activity_at
+        frames = await frames_until(other_tab, lambda f: row in f and "Weekend trip plan" in f)
+        assert 'data-status' not in "".join(frames)  # the other session's tab gets no transcript
+        await settle()
+        titled = await ChatSession.objects.aget(pk=session.pk)
+        assert (titled.name, titled.name_source) == ("Weekend trip plan", NameSource.AUTO)
+        assert titled.last_activity_at == activity  # titling does not move the session up
+        for s in (socket, other_tab):
+            await s.disconnect()
+
+    async def test_a_title_the_user_set_is_never_replaced_by_a_run(self):
+        session = await sync_to_async(make_session)(self.alice, component_id="general", name="My own title",
+                                                    name_source=NameSource.USER)
+        self.llm.add(Text("An answer."), Text("Generated title"))
+        socket = await self.socket(session.session_id, self.alice)
+        await self.send(socket, "a question")
+        await frames_until(socket, run_done())
+        await settle()
+        assert len(self.llm.requests) == 1  # no title was even asked for
+        assert (await ChatSession.objects.aget(pk=session.pk)).name == "My own title"
+        await socket.disconnect()
+
+    async def test_regenerate_title_asks_the_model_even_over_a_user_title(self):
+        session = await sync_to_async(make_session)(self.alice, component_id="general", name="Old",
+                                                    name_source=NameSource.USER)
+        await sync_to_async(make_run)(session, "tell me about owls", "Owls are birds.")
+        self.llm.add(Text("All about owls"))
+        socket = await self.socket(session.session_id, self.alice)
+        await socket.send_to(text_data=json.dumps({"type": "regenerate_title"}))
+        frames = await frames_until(socket, lambda f: f'id="session-item-{session.pk}"' in f)
+        assert "All about owls" in frames[-1]
+        await settle()
+        assert (await ChatSession.objects.aget(pk=session.pk)).name_source == NameSource.AUTO
+        await socket.disconnect()
+
+    async def test_a_rename_in_one_tab_reaches_the_users_other_tabs(self):
+        session = await sync_to_async(make_session)(self.alice, component_id="general", name="Before")
+        tab = await self.socket(session.session_id, self.alice)
+        client = Client()
+        await sync_to_async(client.force_login)(self.alice)
+        response = await sync_to_async(client.post)(
+            reverse("chat:session_rename_hx", args=[session.session_id]), {"name": "After the rename"},
+            headers={"HX-Request": "true"},
+        )
+        assert response.status_code == 200
+        frames = await frames_until(tab, lambda f: f'id="session-item-{session.pk}"' in f)
+        assert "After the rename" in frames[-1] and 'hx-swap-oob="true"' in frames[-1]
+        await tab.disconnect()
+
+    async def test_another_process_can_ask_the_run_owner_for_the_text_so_far(self):
+        hold = threading.Event()
+        self.llm.add(Text("one two three", wait_event=hold))
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        await self.send(socket, "count")
+        frames = await frames_until(socket, lambda f: "beforeend:#reply-" in f)
+        run_id = started_run_id(frames)
+        layer = get_channel_layer()
+        reply_to = await layer.new_channel()
+        await layer.group_send(sync_group(self.shopping.pk), {"type": "chat.sync_request", "reply_channel": reply_to})
+        answer = await layer.receive(reply_to)
+        assert answer["type"] == "chat.sync_reply" and answer["run_id"] == run_id
+        assert answer["text_len"] == len("one ") and f'id="reply-{run_id}">one </div>' in answer["html"]
+        # A stop asked through the same group (as another process does) stops the run here.
+        await layer.group_send(sync_group(self.shopping.pk), {"type": "chat.cancel", "run_id": run_id})
+        await frames_until(socket, run_done("cancelled"))
+        await settle()
+        await socket.disconnect()
+
+    async def test_a_socket_asks_the_owning_process_when_the_run_is_not_here(self):
+        # A run that another process is streaming: running in the database, leased, not in this process.
+        running = await sync_to_async(make_run)(self.shopping, "remote question", None, status=RunStatus.RUNNING)
+        await Run.objects.filter(pk=running.pk).aupdate(content="Partial from the checkpoint", finished_at=None)
+        await ChatSession.objects.filter(pk=self.shopping.pk).aupdate(
+            lease_token="other", lease_expires_at=timezone.now() + timedelta(seconds=30))
+        layer = get_channel_layer()
+        owner = await layer.new_channel()  # stands in for the owning process's run task
+        await layer.group_add(sync_group(self.shopping.pk), owner)
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        request = await layer.receive(owner)
+        assert request["type"] == "chat.sync_request"
+        # A batch arriving before the answer is held, then cut against the answer's offset.
+        await live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=running.run_id, start=0,
+                                    text="Partial from the process and more")
+        await layer.send(request["reply_channel"], {
+            "type": "chat.sync_reply", "run_id": running.run_id, "text_len": len("Partial from the process"),
+            "html": f'<article id="run-{running.run_id}" hx-swap-oob="true">Partial from the process</article>',
+        })
+        frames = await frames_until(socket, lambda f: "beforeend:#reply-" in f)
+        assert "Partial from the process" in frames[0]
+        assert streamed_text(frames, running.run_id) == " and more"
+        await socket.disconnect()

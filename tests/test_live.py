@@ -1,0 +1,194 @@
+"""chatapp.live without a socket: run tasks, batching, queueing, stop, titles, what the groups receive."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from datetime import timedelta
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.test import SimpleTestCase, TransactionTestCase
+from django.utils import timezone
+
+from chatapp import live
+from chatapp.broadcast import oob, oob_wrap, session_group, user_group
+from sessions_core.models import ChatSession, NameSource, Run, RunStatus
+from tests.factories import make_run, make_session, make_user
+from tests.live_support import LiveTestMixin, layer_listener, settle
+from tests.llm_server import Error, Text
+
+
+def echo_reply(body: dict) -> Text:
+    """A title for title requests, else "reply <the last user message>" (order-independent)."""
+    messages = body["messages"]
+    if "at most five words" in (messages[0].get("content") or ""):
+        return Text("Title")
+    return Text("reply " + messages[-1]["content"])
+
+
+class TestFragments(SimpleTestCase):
+    def test_fallback_title_cuts_at_a_word_near_forty_characters(self):
+        assert live.fallback_title("  add   milk\nand eggs ") == "add milk and eggs"
+        title = live.fallback_title("Please help me plan a weekend trip to the mountains with my family")
+        assert title == "Please help me plan a weekend trip to…"
+        assert len(title) <= 41
+        assert live.fallback_title("x" * 100) == "x" * 40 + "…"
+
+    def test_oob_marks_the_first_element_and_keeps_the_rest(self):
+        assert oob('\n<li id="a" class="b">x</li>') == '\n<li hx-swap-oob="true" id="a" class="b">x</li>'
+        assert oob("<p>x</p>", "afterend:#y") == '<p hx-swap-oob="afterend:#y">x</p>'
+        assert oob_wrap("<b>x</b>", "beforeend:#t") == '<div hx-swap-oob="beforeend:#t"><b>x</b></div>'
+
+    def test_streamed_text_is_escaped(self):
+        html = live.token_html("r1", '<script>alert("x")</script> & more')
+        assert html == ('<div hx-swap-oob="beforeend:#reply-r1">&lt;script&gt;alert("x")&lt;/script&gt; '
+                        "&amp; more</div>")
+
+
+class TestRunTasks(LiveTestMixin, TransactionTestCase):
+    def setUp(self):
+        self.alice = make_user("alice")
+        self.session = make_session(self.alice, component_id="general")
+
+    async def listen(self, group: str) -> str:
+        return await layer_listener(group)
+
+    async def next_message(self, channel: str, predicate=lambda m: True, timeout: float = 10) -> dict:
+        layer = get_channel_layer()
+        while True:
+            message = await asyncio.wait_for(layer.receive(channel), timeout)
+            if predicate(message):
+                return message
+
+    async def collect_until_done(self, channel: str, count: int = 1) -> list[dict]:
+        layer, messages, done = get_channel_layer(), [], 0
+        while done < count:
+            message = await asyncio.wait_for(layer.receive(channel), 10)
+            messages.append(message)
+            done += message["type"] == "chat.run_done"
+        return messages
+
+    async def test_the_first_batch_goes_at_once_and_later_ones_are_batched(self):
+        words = " ".join(f"word{n}" for n in range(30))
+        self.llm.add(Text(words, chunk_delay=0.005))
+        channel = await self.listen(session_group(self.session.pk))
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        await live.submit(session, self.alice, "say thirty words")
+        messages = await self.collect_until_done(channel)
+        batches = [m for m in messages if m["type"] == "chat.tokens"]
+        assert batches[0]["text"] == "word0 "  # no waiting for the first token
+        assert "".join(b["text"] for b in batches) == words
+        assert [b["start"] for b in batches] == [sum(len(x["text"]) for x in batches[:i]) for i in range(len(batches))]
+        assert len(batches) < 30
+        await settle()
+
+    async def test_three_messages_run_in_the_order_sent(self):
+        hold = threading.Event()
+        self.llm.add(Text("reply one", wait_event=hold))
+        self.llm.responder = echo_reply
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        channel = await self.listen(session_group(session.pk))
+        first = await live.submit(session, self.alice, "one")
+        second = await live.submit(session, self.alice, "two")
+        third = await live.submit(session, self.alice, "three")
+        assert not first.shown_queued and second.shown_queued and third.shown_queued
+        assert [item.text for item in live.queued(session.pk)] == ["two", "three"]
+        hold.set()
+        await self.collect_until_done(channel, 3)
+        await settle()
+        runs = [(r.input, r.content) async for r in Run.objects.filter(session=session).order_by("pk")]
+        assert runs == [("one", "reply one"), ("two", "reply two"), ("three", "reply three")]
+        assert live.queued(session.pk) == []
+
+    async def test_a_queued_message_can_be_dropped_before_it_runs(self):
+        hold = threading.Event()
+        self.llm.add(Text("reply one", wait_event=hold))
+        self.llm.responder = echo_reply
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        channel = await self.listen(session_group(session.pk))
+        await live.submit(session, self.alice, "one")
+        second = await live.submit(session, self.alice, "two")
+        await live.submit(session, self.alice, "three")
+        assert await live.stop(session, queued_id=second.queued_id)
+        removed = await self.next_message(channel, lambda m: 'hx-swap-oob="delete"' in m.get("html", ""))
+        assert f'<li id="queued-{second.queued_id}" hx-swap-oob="delete">' in removed["html"]
+        assert not await live.stop(session, queued_id=second.queued_id)  # already gone
+        hold.set()
+        await self.collect_until_done(channel, 2)
+        await settle()
+        inputs = [r.input async for r in Run.objects.filter(session=session).order_by("pk")]
+        assert inputs == ["one", "three"]
+
+    async def test_a_message_waits_for_another_process_and_can_be_stopped_before_it_starts(self):
+        # Another process holds the session's lease: the message is shown queued and waits.
+        await ChatSession.objects.filter(pk=self.session.pk).aupdate(
+            lease_token="elsewhere", lease_expires_at=timezone.now() + timedelta(seconds=30))
+        self.llm.add(Text("never shown"))
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        channel = await self.listen(session_group(session.pk))
+        item = await live.submit(session, self.alice, "hello")
+        assert item.shown_queued
+        queued = await self.next_message(channel, lambda m: "beforeend:#queue" in m.get("html", ""))
+        assert live.QUEUED_NOTE in queued["html"]
+        assert await live.stop(session)  # no run id yet: the stop waits for the start
+        await ChatSession.objects.filter(pk=session.pk).aupdate(lease_token="", lease_expires_at=None)
+        done = (await self.collect_until_done(channel))[-1]
+        assert 'data-status="cancelled"' in done["html"]
+        await settle()
+        run = await Run.objects.aget(session=session)
+        assert run.status == RunStatus.CANCELLED
+        assert self.llm.requests == []  # stopped before the model was asked anything
+
+    async def test_the_sidebar_row_shows_the_run_while_it_runs(self):
+        hold = threading.Event()
+        self.llm.add(Text("a reply", wait_event=hold), Text("Title"))
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        rows = await self.listen(user_group(self.alice.pk))
+        events = await self.listen(session_group(session.pk))
+        await live.submit(session, self.alice, "hello")
+        fallback = await self.next_message(rows)
+        assert "hello" in fallback["html"] and 'class="running"' not in fallback["html"]
+        running = await self.next_message(rows)
+        assert 'class="running"' in running["html"]
+        assert re.search(r'<div hx-swap-oob="afterend:#group-today">\s*<li id="session-item-', running["html"])  # to the top of Today
+        hold.set()
+        await self.collect_until_done(events)
+        finished = await self.next_message(rows)
+        assert 'class="running"' not in finished["html"]
+        await settle()
+
+    async def test_an_unknown_assistant_is_reported_and_nothing_runs(self):
+        await ChatSession.objects.filter(pk=self.session.pk).aupdate(component_id="retired")
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        channel = await self.listen(session_group(session.pk))
+        await live.submit(session, self.alice, "hello")
+        message = await self.next_message(channel, lambda m: "status-error" in m.get("html", ""))
+        assert "assistant (retired) is not available" in message["html"]
+        await settle()
+        assert await Run.objects.acount() == 0
+
+    async def test_a_title_is_retried_when_the_model_fails(self):
+        await sync_to_async(make_run)(self.session, "plan my weekend", "Here is a plan.")
+        # The SDK retries twice itself, then the engine asks again: the fourth request answers.
+        self.llm.add(Error(500), Error(500), Error(500), Text("Weekend plans"))
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        assert await live.generate_title(session, self.alice)
+        titled = await ChatSession.objects.aget(pk=session.pk)
+        assert (titled.name, titled.name_source) == ("Weekend plans", NameSource.AUTO)
+        assert len(self.llm.requests) == 4
+
+    async def test_a_title_for_a_session_deleted_meanwhile_gives_up_quietly(self):
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        await ChatSession.objects.filter(pk=session.pk).adelete()
+        assert not await live.generate_title(session, self.alice)
+        assert self.llm.requests == []
+
+    async def test_the_fallback_title_never_replaces_an_existing_name(self):
+        await ChatSession.objects.filter(pk=self.session.pk).aupdate(name="Mine", name_source=NameSource.USER)
+        self.llm.add(Text("ok"))
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        await live.submit(session, self.alice, "a first message")
+        await settle()
+        assert (await ChatSession.objects.aget(pk=session.pk)).name == "Mine"
