@@ -612,16 +612,19 @@ async def generate_title(session: ChatSession, user, attempts: int | None = None
     delay = settings.CHAT_TITLE_RETRY_SECONDS
     for attempt in range(attempts):
         try:
-            await agent.aset_session_name(session_id=session.session_id, autogenerate=True, user_id=user)
-            break
+            named = await agent.aset_session_name(session_id=session.session_id, autogenerate=True, user_id=user)
         except (SessionNotFoundError, SessionOwnershipError):
             return False
         except Exception:
             logger.warning("Title for session %s failed (attempt %d)", session.session_id, attempt + 1, exc_info=True)
-            if attempt + 1 == attempts:
-                return False
-            await asyncio.sleep(delay)
-            delay *= 2
+        else:
+            if named.name_source != NameSource.FALLBACK:  # fallback: the model failed every time; try again
+                break
+            logger.warning("Title for session %s: the model failed (attempt %d)", session.session_id, attempt + 1)
+        if attempt + 1 == attempts:
+            return False
+        await asyncio.sleep(delay)
+        delay *= 2
     await push_session_row(session.pk, session.owner_id)
     return True
 

@@ -42,6 +42,7 @@ class AgentSession:
     user_id: str | None
     agent_id: str
     session_name: str
+    name_source: str
     session_state: dict
     state_version: int
     summary: dict | None
@@ -312,7 +313,8 @@ class Agent:
     def _session_view(self, session: ChatSession) -> AgentSession:
         return AgentSession(
             session_id=session.session_id, user_id=user_label(session.owner) if session.owner_id else None,
-            agent_id=session.component_id, session_name=session.name, session_state=session.session_state,
+            agent_id=session.component_id, session_name=session.name, name_source=session.name_source,
+            session_state=session.session_state,
             state_version=session.state_version, summary=session.summary, metadata=session.metadata,
             created_at=session.created_at, updated_at=session.last_activity_at, _agent=self,
         )
@@ -419,14 +421,17 @@ class Agent:
             from .naming import generate_session_name
 
             transcript = await self.aget_chat_history(session_id, last_n_runs=3, user_id=user_id)
-            session_name = await generate_session_name(self.resolved_model(), transcript)
-            source = NameSource.AUTO
+            session_name, generated = await generate_session_name(self.resolved_model(), transcript)
+            source = NameSource.AUTO if generated else NameSource.FALLBACK
 
         def save():
             with transaction.atomic(using=self.db_alias):
                 session = self._owned(session_id, user_id, lock=True)
-                # A generated title never replaces one the user chose (checked under the row lock).
-                if not (autogenerate and session.name_source == NameSource.USER):
+                # A generated title never replaces one the user chose (checked under the row lock), and a
+                # fallback (the model failed) never replaces a title that is already there.
+                keep = autogenerate and (session.name_source == NameSource.USER
+                                         or (source == NameSource.FALLBACK and session.name))
+                if not keep:
                     session.name, session.name_source = session_name.strip()[:200], source
                     session.save(update_fields=["name", "name_source"])
                 session.owner  # noqa: B018

@@ -30,8 +30,12 @@ def conversation_text(messages: list[ChatMessage]) -> str:
     return "Conversation:\n" + "\n".join(lines) + "\n\nConversation name:"
 
 
-async def generate_session_name(model: Model, messages: list[ChatMessage]) -> str:
-    """Ask the model for a title; retried when empty or too long, then truncated; a fallback when the model fails."""
+async def generate_session_name(model: Model, messages: list[ChatMessage]) -> tuple[str, bool]:
+    """(title, generated): ask the model for a title; retried when empty or too long, then truncated.
+
+    When every attempt fails, the title is the first words of the first message and `generated` is
+    False, so a caller can keep the title it has and try again later.
+    """
     request = [{"role": "system", "content": PROMPT}, {"role": "user", "content": conversation_text(messages)}]
     title = ""
     for _ in range(ATTEMPTS):
@@ -39,11 +43,10 @@ async def generate_session_name(model: Model, messages: list[ChatMessage]) -> st
             title = clean_title(await model.acomplete(request))
         except ModelError as exc:
             logger.warning("Session title generation failed: %s", exc)
-            title = ""
             continue
         if title and len(title.split()) <= MAX_WORDS:
-            return title
+            return title, True
     if title:
-        return " ".join(title.split()[:MAX_WORDS])
+        return " ".join(title.split()[:MAX_WORDS]), True
     first_user = next((m.content for m in messages if m.role == "user" and m.content), "")
-    return " ".join(first_user.split()[:MAX_WORDS]) or FALLBACK
+    return " ".join(first_user.split()[:MAX_WORDS]) or FALLBACK, False

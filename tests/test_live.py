@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.test import SimpleTestCase, TransactionTestCase
+from django.test import SimpleTestCase, TransactionTestCase, override_settings
 from django.utils import timezone
 
 from chatapp import live
@@ -178,6 +178,18 @@ class TestRunTasks(LiveTestMixin, TransactionTestCase):
         titled = await ChatSession.objects.aget(pk=session.pk)
         assert (titled.name, titled.name_source) == ("Weekend plans", NameSource.AUTO)
         assert len(self.llm.requests) == 4
+
+    @override_settings(CHAT_TITLE_RETRY_SECONDS=0.01)
+    async def test_a_title_is_tried_again_later_when_every_engine_attempt_fails(self):
+        await sync_to_async(make_run)(self.session, "plan my weekend", "Here is a plan.")
+        await ChatSession.objects.filter(pk=self.session.pk).aupdate(name="plan my weekend", name_source="fallback")
+        # First round: the SDK's 3 tries x the engine's 3 attempts all fail; the fallback title stays.
+        self.llm.add(*[Error(500)] * 9, Text("Weekend plans"))
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        assert await live.generate_title(session, self.alice)
+        titled = await ChatSession.objects.aget(pk=session.pk)
+        assert (titled.name, titled.name_source) == ("Weekend plans", NameSource.AUTO)
+        assert len(self.llm.requests) == 10
 
     async def test_a_title_for_a_session_deleted_meanwhile_gives_up_quietly(self):
         session = await ChatSession.objects.aget(pk=self.session.pk)

@@ -52,6 +52,17 @@ def test_autogenerate_falls_back_when_the_model_fails(openai_model, llm_server):
     llm_server.add(Error(400, "x"), Error(400, "x"), Error(400, "x"))
     session = agent.set_session_name(session_id="n4", autogenerate=True, user_id="u")
     assert session.session_name == "Budget for the new kitchen"
+    assert session.name_source == NameSource.FALLBACK  # so a caller knows to try again later
+
+
+def test_a_failed_generation_keeps_the_title_already_there(openai_model, llm_server):
+    agent = Agent(model=openai_model)
+    llm_server.add(Text("ok"))
+    agent.run("Budget for the new kitchen project please", session_id="n6", user_id="u")
+    ChatSession.objects.filter(session_id="n6").update(name="Budget for the new kitchen project", name_source="fallback")
+    llm_server.add(Error(400, "x"), Error(400, "x"), Error(400, "x"))
+    session = agent.set_session_name(session_id="n6", autogenerate=True, user_id="u")
+    assert (session.session_name, session.name_source) == ("Budget for the new kitchen project", NameSource.FALLBACK)
 
 
 def test_autogenerate_never_replaces_a_users_title(openai_model, llm_server):
@@ -65,7 +76,8 @@ def test_autogenerate_never_replaces_a_users_title(openai_model, llm_server):
 def test_offline_model_titles_from_the_first_message():
     messages = [ChatMessage(role="user", content="Can you help me plan a birthday party for my son"),
                 ChatMessage(role="assistant", content="Sure!")]
-    title = asyncio.run(generate_session_name(OfflineModel(), messages))
+    title, generated = asyncio.run(generate_session_name(OfflineModel(), messages))
+    assert generated
     assert 0 < len(title.split()) <= 5
     assert '"' not in title
     assert title.lower().startswith("help me plan")
