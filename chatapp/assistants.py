@@ -77,6 +77,7 @@ def _general() -> Agent:
         name="General assistant", id="general", model=default_model(), markdown=True,
         instructions="You are a helpful, concise assistant. Use Markdown where it helps.",
         add_history_to_context=True, num_history_runs=5,
+        enable_session_summaries=True, search_past_sessions=True,
     )
 
 
@@ -105,7 +106,7 @@ def _notes() -> Agent:
 ASSISTANTS: dict[str, Assistant] = {
     assistant.id: assistant
     for assistant in (
-        Assistant("general", "General assistant", "Answers questions and remembers the conversation.", _general),
+        Assistant("general", "General assistant", "Answers questions, keeps a summary of the conversation and can look up your earlier chats.", _general),
         Assistant("shopping", "Shopping list", "Keeps a shopping list with add, remove, list and clear tools.",
                   _shopping),
         Assistant("notes", "Notes and list", "Keeps notes and a list by editing its own state (agentic state).",

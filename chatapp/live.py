@@ -460,6 +460,9 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
                 await _flush(pk, live)
                 await _finished(runner, item, live)
                 done = True
+            elif kind == RunEvent.session_summary_completed:
+                # The summary is made after the reply is complete; the panel shows it when it lands.
+                await _to_session(pk, await sync_to_async(_state_panel)(pk))
         if live is not None and not done:  # the stream ended without a final event: show what is stored
             done = True
             await _finished(runner, item, live)

@@ -16,6 +16,7 @@ from django.test import Client
 from chatapp import live
 from chatapp.asgi import application
 from chatapp.assistants import reset_assistants
+from tests.llm_server import summary_responder
 
 ORIGIN = (b"origin", b"http://localhost")
 RUN_ID = re.compile(r'id="run-([0-9a-f-]{36})"')
@@ -28,6 +29,7 @@ class LiveTestMixin:
     @pytest.fixture(autouse=True)
     def _live_fixtures(self, llm_server, settings):
         self.llm = llm_server
+        llm_server.side_responder = summary_responder  # the general assistant's summaries: not these tests' subject
         settings.OPENAI_BASE_URL = llm_server.base_url
         settings.OPENAI_API_KEY = "test"
         settings.OPENAI_TIMEOUT = 10

@@ -8,6 +8,7 @@ Scripting a test:
 
     llm_server.add(Text("Hello there"), ToolCalls([("add_item", {"item": "milk"})]))  # FIFO queue
     llm_server.responder = lambda body: Text("ok")  # decides once the queue is empty
+    llm_server.side_responder = summaries  # answers the requests it returns a response for, before the queue
 
 Response kinds:
 
@@ -152,6 +153,15 @@ class Malformed:
         handler.send_chunk(b"data: {not json\n\n")
         handler.send_chunk(b"data: [DONE]\n\n")
         handler.send_chunk(b"")
+
+
+def is_summary_request(body: dict) -> bool:
+    return ((body.get("response_format") or {}).get("json_schema") or {}).get("name") == "session_summary"
+
+
+def summary_responder(body: dict):
+    """A side responder for tests that are not about summaries: a fixed summary, leaving the queue alone."""
+    return Text(json.dumps({"summary": "A conversation.", "topics": ["test"]})) if is_summary_request(body) else None
 
 
 def default_responder(body: dict) -> Text:
@@ -304,6 +314,7 @@ class LLMServer(ThreadingHTTPServer):
             self.released = threading.Event()
             self.queue: deque = deque()
             self.responder = default_responder
+            self.side_responder = None  # answers some requests before the queue is consulted
             self.requests: list[dict] = []
             self.disconnects = 0
             self._call_ids = itertools.count(1)
@@ -318,6 +329,9 @@ class LLMServer(ThreadingHTTPServer):
         with self._changed:
             self.requests.append(body)
             self._changed.notify_all()
+            side = self.side_responder and self.side_responder(body)
+            if side is not None:
+                return side
             if self.queue:
                 return self.queue.popleft()
             responder = self.responder

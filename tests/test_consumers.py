@@ -26,7 +26,7 @@ from tests.live_support import (
     streamed_text,
     token_frames,
 )
-from tests.llm_server import Error, Text, ToolCalls
+from tests.llm_server import Error, Text, ToolCalls, is_summary_request
 
 
 def is_error(frame: str) -> bool:
@@ -352,6 +352,21 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         for s in (socket, other_tab):
             await s.disconnect()
 
+    async def test_the_summary_reaches_the_state_panel_after_the_reply(self):
+        session = await sync_to_async(make_session)(self.alice, component_id="general", name="Trip",
+                                                    name_source=NameSource.USER)
+        self.llm.side_responder = lambda body: (
+            Text(json.dumps({"summary": "Alice plans a <b>trip</b>.", "topics": ["travel"]}))
+            if is_summary_request(body) else None)
+        self.llm.add(Text("Happy to help."))
+        socket = await self.socket(session.session_id, self.alice)
+        await self.send(socket, "help me plan a trip")
+        frames = await frames_until(socket, lambda f: 'id="session-summary"' in f)
+        assert "Alice plans a &lt;b&gt;trip&lt;/b&gt;." in frames[-1]
+        assert any(run_done()(f) for f in frames[:-1])  # the reply was complete before the summary came
+        await settle()
+        await socket.disconnect()
+
     async def test_a_title_the_user_set_is_never_replaced_by_a_run(self):
         session = await sync_to_async(make_session)(self.alice, component_id="general", name="My own title",
                                                     name_source=NameSource.USER)
@@ -360,7 +375,8 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         await self.send(socket, "a question")
         await frames_until(socket, run_done())
         await settle()
-        assert len(self.llm.requests) == 1  # no title was even asked for
+        asked = [body for body in self.llm.requests if not is_summary_request(body)]
+        assert len(asked) == 1  # the reply only: no title was even asked for
         assert (await ChatSession.objects.aget(pk=session.pk)).name == "My own title"
         await socket.disconnect()
 
