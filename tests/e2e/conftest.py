@@ -20,6 +20,8 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
+from tests.llm_server import summary_responder
+
 BASE_DIR = Path(__file__).resolve().parents[2]
 SCREENSHOTS = BASE_DIR / "artifacts" / "screenshots"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -39,6 +41,13 @@ def _database_before_browser(django_db_setup):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         yield
+
+
+@pytest.fixture(autouse=True)
+def _summaries_answered_aside(llm_server):
+    """The general assistant asks for a summary after each reply: answer those aside, so each test's
+    scripted replies go to the requests they are meant for."""
+    llm_server.side_responder = summary_responder
 
 
 def _free_port() -> int:
