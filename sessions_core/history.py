@@ -49,6 +49,15 @@ class ChatMessage:
 _HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
 
 
+def _messages(rows, from_history: bool = False) -> list[ChatMessage]:
+    """ChatMessages from `values_list(*_HISTORY_FIELDS)` rows (no model instances: this is a hot path)."""
+    return [
+        ChatMessage(role=role, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id, tool_name=tool_name,
+                    tool_error=tool_error, from_history=from_history, seq=seq, created_at=created_at)
+        for seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, created_at in rows
+    ]
+
+
 def history(session_pk: int, alias: str, num_runs: int | None, num_messages: int | None) -> list[ChatMessage]:
     """What an earlier part of the session contributes to the next request: one query.
 
@@ -65,20 +74,21 @@ def history(session_pk: int, alias: str, num_runs: int | None, num_messages: int
         )
         rows = (
             Message.objects.using(alias).filter(run_id__in=run_ids).exclude(role=Role.SYSTEM)
-            .order_by("seq").only(*_HISTORY_FIELDS)
+            .order_by("seq").values_list(*_HISTORY_FIELDS)
         )
-        return [ChatMessage.from_row(row, from_history=True) for row in rows]
+        return _messages(rows, from_history=True)
     if not num_messages or num_messages <= 0:
         return []
-    rows = list(
+    messages = _messages(
         Message.objects.using(alias)
         .filter(session_id=session_pk, run__status=RunStatus.COMPLETED, run__parent_run__isnull=True)
-        .exclude(role=Role.SYSTEM).order_by("-seq").only(*_HISTORY_FIELDS)[:num_messages]
+        .exclude(role=Role.SYSTEM).order_by("-seq").values_list(*_HISTORY_FIELDS)[:num_messages],
+        from_history=True,
     )
-    rows.reverse()
-    while rows and rows[0].role == Role.TOOL:
-        rows.pop(0)
-    return [ChatMessage.from_row(row, from_history=True) for row in rows]
+    messages.reverse()
+    while messages and messages[0].role == Role.TOOL:
+        messages.pop(0)
+    return messages
 
 
 def chat_history(session_pk: int, alias: str, last_n_runs: int | None = None) -> list[ChatMessage]:
@@ -107,4 +117,4 @@ def completed_messages(session_pk: int, alias: str, last_n_runs: int | None = No
     if last_n_runs is not None:
         runs = runs.order_by("-id")[:last_n_runs]
     rows = Message.objects.using(alias).filter(run_id__in=runs.values("id")).exclude(role=Role.SYSTEM)
-    return [ChatMessage.from_row(row) for row in rows.only(*_HISTORY_FIELDS).order_by("seq")]
+    return _messages(rows.order_by("seq").values_list(*_HISTORY_FIELDS))
