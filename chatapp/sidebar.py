@@ -18,7 +18,6 @@ from sessions_core.models import ChatSession
 
 PAGE_SIZE = 30
 PINNED_LIMIT = 100  # pinned sessions shown (they are few; this only bounds the query)
-FILTER_LIMIT = 50
 
 
 def encode_cursor(session: ChatSession) -> str:
@@ -98,11 +97,6 @@ def sidebar_page(user, cursor: str | None = None, page_size: int = PAGE_SIZE) ->
     if page.first:
         page.pinned = list(sessions.filter(pinned_at__isnull=False)[:PINNED_LIMIT])
     return page
-
-
-def filter_sessions(user, text: str) -> list[ChatSession]:
-    """Live sessions whose title contains `text` (case-insensitive), newest activity first."""
-    return list(ChatSession.objects.for_user(user).alive().for_sidebar().filter(name__icontains=text)[:FILTER_LIMIT])
 
 
 def trashed_sessions(user, limit: int = 200) -> list[ChatSession]:

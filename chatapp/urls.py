@@ -12,7 +12,6 @@ chat_patterns = [
     path("new/", views.new_session, name="new"),
     path("trash/", views.trash, name="trash"),
     path("sessions/", views.session_list_hx, name="session_list_hx"),
-    path("sessions/filter/", views.session_filter_hx, name="session_filter_hx"),
     path("s/<sid:session_id>/", views.session_page, name="session"),
     path("s/<sid:session_id>/runs/", views.transcript_hx, name="transcript_hx"),
     path("s/<sid:session_id>/rename/", views.session_rename_hx, name="session_rename_hx"),

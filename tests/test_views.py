@@ -41,7 +41,7 @@ OTHER_URLS = [
     ("post", "chat:new", {"assistant": "general"}),
     ("get", "chat:trash", {}),
     ("get", "chat:session_list_hx", {}),
-    ("get", "chat:session_filter_hx", {"q": "x"}),
+    ("get", "chat:search_hx", {"q": "x"}),
 ]
 
 
@@ -310,22 +310,6 @@ class TestSidebarList(WebTestCase):
     def test_a_bad_cursor_is_treated_as_the_first_page(self):
         html = self.hx_get(reverse("chat:session_list_hx") + "?cursor=nonsense").content.decode()
         assert item_ids(html) == [self.session.pk]
-
-
-class TestFilter(WebTestCase):
-    def test_it_matches_titles_case_insensitively_among_live_own_sessions(self):
-        make_session(owner=self.alice, name="Weekend grocery run")
-        make_session(owner=self.alice, name="Old GROCERIES", deleted_at=timezone.now())
-        make_session(owner=self.bob, name="Bob's groceries")
-        make_session(owner=self.alice, name="Taxes")
-        html = self.hx_get(reverse("chat:session_filter_hx"), data={"q": "grocer"}).content.decode()
-        titles = re.findall(r'<li><a href="[^"]+">([^<]+)</a></li>', html)
-        assert sorted(titles) == ["Groceries", "Weekend grocery run"]
-        assert 'class="session-filter-results active"' in html
-
-    def test_an_empty_filter_shows_the_full_list_again(self):
-        html = self.hx_get(reverse("chat:session_filter_hx"), data={"q": "  "}).content.decode()
-        assert 'class="session-filter-results"' in html and "<li>" not in html
 
 
 class TestRename(WebTestCase):

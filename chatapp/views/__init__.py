@@ -5,7 +5,6 @@ from .pages import index, new_session, session_page, transcript_hx, trash
 from .sessions import (
     session_delete_hx,
     session_destroy_hx,
-    session_filter_hx,
     session_list_hx,
     session_pin_hx,
     session_rename_hx,
@@ -16,6 +15,6 @@ from .state import state_edit_hx, state_panel_hx, state_version_hx
 
 __all__ = [
     "signup", "index", "new_session", "session_page", "transcript_hx", "trash", "session_delete_hx",
-    "session_destroy_hx", "session_filter_hx", "session_list_hx", "session_pin_hx", "session_rename_hx",
+    "session_destroy_hx", "session_list_hx", "session_pin_hx", "session_rename_hx",
     "session_restore_hx", "session_retitle_hx", "state_edit_hx", "state_panel_hx", "state_version_hx",
 ]

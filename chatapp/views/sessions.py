@@ -21,7 +21,7 @@ from sessions_core.models import ChatSession, NameSource
 from .. import live, rendering
 from ..broadcast import broadcast_to_user
 from ..forms import RenameForm
-from ..sidebar import filter_sessions, sidebar_page
+from ..sidebar import sidebar_page
 from .common import HtmxHttpRequest, current_session_id, is_current, next_url, owned_session
 
 
@@ -45,14 +45,6 @@ def session_list_hx(request: HtmxHttpRequest) -> HttpResponse:
     page = sidebar_page(request.user, cursor=request.GET.get("cursor") or None)
     template = "chatapp/_session_list.html" if page.first else "chatapp/_session_page.html"
     return render(request, template, {"page": page, "current_session_id": current_session_id(request)})
-
-
-@login_required
-@require_GET
-def session_filter_hx(request: HtmxHttpRequest) -> HttpResponse:
-    text = request.GET.get("q", "").strip()[:200]
-    sessions = filter_sessions(request.user, text) if text else []
-    return render(request, "chatapp/_session_filter.html", {"q": text, "sessions": sessions})
 
 
 @login_required

@@ -1,0 +1,44 @@
+"""Sidebar search in headless Chromium: Ctrl+K, title hits first, highlighted message hits, a click lands on the run."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import log_in
+from tests.factories import make_run, make_session, make_user
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+expect.set_options(timeout=10_000)
+
+
+def test_search_finds_titles_then_messages_and_opens_the_matching_run(page, daphne_server):
+    alice = make_user("alice")
+    recipes = make_session(alice, component_id="general", name="Pasta recipes", name_source="user")
+    make_run(recipes, "what sauce goes with penne?", "Arrabbiata is a classic.")
+    trip = make_session(alice, component_id="general", name="Weekend trip", name_source="user")
+    run = make_run(trip, "remind me to buy pasta for the <b>trip</b>", "Noted: pasta.")
+    bob = make_session(make_user("bob"), component_id="general", name="Bob's pasta", name_source="user")
+    make_run(bob, "pasta secrets", "none")
+    log_in(page.context, daphne_server.url, alice)
+    page.goto(f"{daphne_server.url}/s/{recipes.session_id}/")
+
+    page.keyboard.press("Control+k")
+    field = page.locator("#session-filter")
+    expect(field).to_be_focused()
+    field.fill("pasta")
+    results = page.locator("#session-filter-results")
+    expect(results.locator(".title-hit")).to_have_count(1)
+    expect(results.locator(".title-hit .hit-title")).to_have_text("Pasta recipes")
+    hit = results.locator(".message-hit", has_text="remind me")
+    expect(hit.locator("mark").first).to_have_text(re.compile("pasta", re.I))
+    expect(hit.locator(".hit-snippet")).to_contain_text("<b>trip</b>")  # user text shown, not rendered
+    expect(results).not_to_contain_text("Bob's pasta")
+    headings = results.locator(".search-heading h3").all_inner_texts()
+    assert [h.lower() for h in headings] == ["chats", "messages"]
+
+    hit.first.locator("a").click()
+    expect(page).to_have_url(re.compile(rf"/s/{trip.session_id}/#run-{run.run_id}$"))
+    expect(page.locator(f"#run-{run.run_id}")).to_be_visible()

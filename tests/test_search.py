@@ -1,0 +1,373 @@
+"""sessions_core.search: titles then messages, highlighted and escaped, scoped to the user, always current."""
+
+import importlib
+import re
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.db import connection
+from django.test import TestCase, TransactionTestCase, override_settings
+from django.utils import timezone
+
+from sessions_core import search
+from sessions_core.models import ChatSession, Message, Run
+from sessions_core.search import InvalidCursor, parse_query, search_sessions
+from tests.factories import make_run, make_session
+
+
+def make_user(username):
+    """A user without a password: hashing one costs more than a whole search test."""
+    return get_user_model().objects.create_user(username)
+
+
+MARKUP = re.compile(r"</?[a-z][^>]*>", re.IGNORECASE)
+
+
+def tags(html: str) -> set[str]:
+    return set(MARKUP.findall(html))
+
+
+def names(hits) -> list[str]:
+    return [hit.session.name for hit in hits]
+
+
+def add_message(session, role, content):
+    """A message of another role inside a fresh run (system prompts, tool output)."""
+    run = Run.objects.create(session=session, status="completed")
+    session.last_seq += 1
+    session.save(update_fields=["last_seq"])
+    return Message.objects.create(session=session, run=run, seq=session.last_seq, role=role, content=content)
+
+
+class SearchTestCase(TestCase):
+    def setUp(self):
+        self.alice = make_user("alice")
+        self.bob = make_user("bob")
+
+
+class TestQueryParsing(TestCase):
+    def test_it_splits_filters_phrases_alternatives_and_exclusions(self):
+        parsed = parse_query('pinned: assistant:Shopping "red car" or bike -rust')
+        assert parsed.pinned and parsed.assistants == ("Shopping",)
+        assert parsed.text == '"red car" or bike -rust'
+        assert [[t.text for t in g] for g in parsed.groups] == [["red car", "bike"]]
+        assert [t.text for t in parsed.excluded] == ["rust"]
+
+    def test_pinned_false_is_no_filter_and_punctuation_alone_is_an_empty_query(self):
+        assert not parse_query("pinned:no pasta").pinned
+        assert parse_query('"" - or ,').is_empty
+
+    def test_the_migration_indexes_the_same_text_the_queries_search(self):
+        migration = importlib.import_module("sessions_core.migrations.0002_search_indexes")
+        for name in ("TS_CONFIG", "INDEXED_CHARS", "MARKUP_CHARS", "MARKUP_STANDINS"):
+            assert getattr(migration, name) == getattr(search, name)
+        assert migration.SEARCHED_ROLES == str(tuple(str(r) for r in search.SEARCHED_ROLES))
+
+
+class TestTitlesAndContent(SearchTestCase):
+    def test_title_hits_come_before_content_hits(self):
+        dinner = make_session(self.alice, name="Dinner ideas")
+        make_run(dinner, "Anything with risotto?", "A mushroom risotto works.")
+        make_session(self.alice, name="Risotto masterclass")  # newer, and only its title matches
+        page = search_sessions(self.alice, "risotto")
+        assert names(page.title_hits) == ["Risotto masterclass"]
+        assert names(page.message_hits) == ["Dinner ideas", "Dinner ideas"]
+        assert str(page.title_hits[0].snippet) == "<mark>Risotto</mark> masterclass"
+        assert not page.title_hits[0].fuzzy
+
+    def test_a_content_hit_says_where_it_is_and_highlights_the_match(self):
+        session = make_session(self.alice, name="Trip")
+        make_run(session, "first question", "nothing here")
+        run = make_run(session, "Which museums open on Mondays in Lisbon?", "The tile museum does.")
+        [hit] = search_sessions(self.alice, "lisbon").message_hits
+        assert (hit.session.pk, hit.run_id, hit.seq, hit.role) == (session.pk, run.run_id, 3, "user")
+        assert "<mark>Lisbon</mark>" in hit.snippet
+        assert tags(hit.snippet) == {"<mark>", "</mark>"}
+
+    def test_words_match_their_other_forms(self):
+        session = make_session(self.alice, name="Kitchen")
+        make_run(session, "I love cooking stews", "Stews are great")
+        assert names(search_sessions(self.alice, "cooked").message_hits) == ["Kitchen"]
+
+    def test_phrases_alternatives_and_exclusions(self):
+        make_run(make_session(self.alice, name="A"), "a red car parked outside", None)
+        make_run(make_session(self.alice, name="B"), "a red and blue car", None)
+        make_run(make_session(self.alice, name="C"), "a rusty bike", None)
+        assert names(search_sessions(self.alice, '"red car"').message_hits) == ["A"]
+        assert names(search_sessions(self.alice, "car -blue").message_hits) == ["A"]
+        assert sorted(names(search_sessions(self.alice, '"red car" or bike').message_hits)) == ["A", "C"]
+
+    def test_excluded_words_and_alternatives_apply_to_titles_too(self):
+        make_session(self.alice, name="Red car notes")
+        make_session(self.alice, name="Blue car notes")
+        make_session(self.alice, name="Bike 100% done")
+        make_session(self.alice, name="1000 dexo things")
+        assert names(search_sessions(self.alice, "car -blue").title_hits) == ["Red car notes"]
+        assert names(search_sessions(self.alice, "red or bike").title_hits) == ["Bike 100% done", "Red car notes"]
+        # LIKE wildcards typed by the user are literal characters.
+        exact = [h.session.name for h in search_sessions(self.alice, "100%").title_hits if not h.fuzzy]
+        assert exact == ["Bike 100% done"]  # "1000 dexo things" is only a similar title
+        assert names(search_sessions(self.alice, "e_o").title_hits) == []
+
+    def test_message_hits_follow_session_activity_then_newest_first(self):
+        old = make_session(self.alice, name="Old")
+        make_run(old, "kiwi one", None)
+        new = make_session(self.alice, name="New")
+        make_run(new, "kiwi two", None)
+        make_run(old, "kiwi three", None)  # the old session is now the most recently active
+        snippets = [str(h.snippet) for h in search_sessions(self.alice, "kiwi").message_hits]
+        assert snippets == ["<mark>kiwi</mark> three", "<mark>kiwi</mark> one", "<mark>kiwi</mark> two"]
+
+    def test_system_prompts_and_tool_output_are_not_searched(self):
+        session = make_session(self.alice, name="Tools")
+        add_message(session, "system", "You are zanzibar, a helpful assistant.")
+        add_message(session, "tool", "zanzibar added")
+        assert search_sessions(self.alice, "zanzibar").is_empty
+
+    def test_an_empty_query_finds_nothing(self):
+        make_run(make_session(self.alice, name="Anything"), "hello", "hi")
+        page = search_sessions(self.alice, "   ")
+        assert page.is_empty and page.next_cursor is None
+
+
+class TestTypos(SearchTestCase):
+    def test_a_misspelled_title_is_found_after_exact_title_hits(self):
+        make_session(self.alice, name="Pasta recipes for winter")
+        make_session(self.alice, name="Sourdough starter")
+        make_session(self.alice, name="Recipies I misspelled myself")
+        page = search_sessions(self.alice, "recipies")
+        # Both databases: trigram similarity (pg_trgm on PostgreSQL, FTS5 trigram candidates on SQLite).
+        assert names(page.title_hits) == ["Recipies I misspelled myself", "Pasta recipes for winter"]
+        exact, similar = page.title_hits
+        assert not exact.fuzzy and similar.fuzzy
+        assert str(similar.snippet) == "Pasta <mark>recipes</mark> for winter"
+
+    def test_similar_titles_page_closest_first_without_repeats(self):
+        stamp = timezone.now()
+        for name in ["Recipes A", "Recipes B", "Recipes C", "Recipe list", "Old recipes book"]:
+            make_session(self.alice, name=name, last_activity_at=stamp)
+        hits, cursor = [], None
+        while True:
+            page = search_sessions(self.alice, "recipies", limit=2, cursor=cursor)
+            hits += page.title_hits
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        assert sorted(names(hits)) == ["Old recipes book", "Recipe list", "Recipes A", "Recipes B", "Recipes C"]
+        assert all(hit.fuzzy for hit in hits)
+        assert [hit.rank for hit in hits] == sorted(hit.rank for hit in hits)
+
+    def test_a_dissimilar_title_is_not_a_typo_match(self):
+        make_session(self.alice, name="Quarterly budget review")
+        assert search_sessions(self.alice, "recipies").is_empty
+
+    @override_settings(SESSIONS_SEARCH_BACKEND="basic")
+    def test_the_like_fallback_has_no_typo_tolerance_but_finds_substrings(self):
+        make_session(self.alice, name="Pasta recipes for winter")
+        session = make_session(self.alice, name="Dinner")
+        make_run(session, "Tell me about <b>gnocchi</b> please", None)
+        assert search_sessions(self.alice, "recipies").is_empty
+        assert names(search_sessions(self.alice, "recipe").title_hits) == ["Pasta recipes for winter"]
+        [hit] = search_sessions(self.alice, "gnocchi").message_hits
+        assert str(hit.snippet) == "Tell me about &lt;b&gt;<mark>gnocchi</mark>&lt;/b&gt; please"
+
+
+class TestFilters(SearchTestCase):
+    def test_pinned_and_assistant_filters(self):
+        pinned = make_session(self.alice, name="Groceries pinned", pinned_at=timezone.now(), component_id="shopping")
+        make_run(pinned, "buy oat milk", None)
+        general = make_session(self.alice, name="Groceries chat", component_id="general")
+        make_run(general, "oat milk or soy?", None)
+        assert names(search_sessions(self.alice, "pinned: groceries").title_hits) == ["Groceries pinned"]
+        assert names(search_sessions(self.alice, "pinned: oat").message_hits) == ["Groceries pinned"]
+        assert names(search_sessions(self.alice, "assistant:general oat").message_hits) == ["Groceries chat"]
+        assert names(search_sessions(self.alice, "assistant:shopping assistant:general milk").message_hits) == [
+            "Groceries chat", "Groceries pinned"]
+
+    def test_filters_alone_list_the_matching_sessions_newest_first(self):
+        make_session(self.alice, name="Old pin", pinned_at=timezone.now(),
+                     last_activity_at=timezone.now() - timedelta(days=2))
+        make_session(self.alice, name="New pin", pinned_at=timezone.now())
+        make_session(self.alice, name="Not pinned")
+        page = search_sessions(self.alice, "pinned:")
+        assert names(page.title_hits) == ["New pin", "Old pin"] and page.message_hits == []
+
+
+class TestScope(SearchTestCase):
+    def test_another_users_sessions_never_appear(self):
+        theirs = make_session(self.bob, name="Secret recipes of bob")
+        make_run(theirs, "secret recipes inside", "secret recipes reply")
+        assert search_sessions(self.alice, "secret recipes").is_empty
+        assert search_sessions(self.alice, "secret recipies").is_empty  # not through the typo path either
+        assert names(search_sessions(self.bob, "secret").title_hits) == ["Secret recipes of bob"]
+
+    def test_ownerless_sessions_are_not_a_users(self):
+        make_run(make_session(None, name="Script session"), "script words", None)
+        assert search_sessions(self.alice, "script").is_empty
+        assert names(search_sessions(None, "script").title_hits) == ["Script session"]
+
+    def test_soft_deleted_sessions_are_excluded_until_restored(self):
+        session = make_session(self.alice, name="Tax return")
+        make_run(session, "deductions for 2025", None)
+        session.deleted_at = timezone.now()
+        session.save(update_fields=["deleted_at"])
+        assert search_sessions(self.alice, "tax").is_empty
+        assert search_sessions(self.alice, "deductions").is_empty
+        session.deleted_at = None
+        session.save(update_fields=["deleted_at"])
+        assert names(search_sessions(self.alice, "deductions").message_hits) == ["Tax return"]
+
+
+class TestIndexStaysInStep(SearchTestCase):
+    def test_a_rename_shows_at_once_including_typo_matches(self):
+        session = make_session(self.alice, name="Untitled")
+        search_sessions(self.alice, "untitled")
+        session.name = "Holiday itinerary"
+        session.save(update_fields=["name"])
+        assert search_sessions(self.alice, "untitled").is_empty
+        assert names(search_sessions(self.alice, "holiday").title_hits) == ["Holiday itinerary"]
+        assert names(search_sessions(self.alice, "itinerery").title_hits) == ["Holiday itinerary"]
+
+    def test_a_new_message_shows_at_once(self):
+        session = make_session(self.alice, name="Notes")
+        assert search_sessions(self.alice, "quokka").is_empty
+        make_run(session, "Tell me about the quokka", "A small marsupial.")
+        assert names(search_sessions(self.alice, "quokka").message_hits) == ["Notes"]
+
+    def test_an_edited_message_is_searched_by_its_new_text(self):
+        session = make_session(self.alice, name="Notes")
+        make_run(session, "original wording", None)
+        Message.objects.filter(session=session).update(content="revised phrasing")
+        assert search_sessions(self.alice, "original").is_empty
+        assert names(search_sessions(self.alice, "revised").message_hits) == ["Notes"]
+
+    def test_a_hard_delete_removes_the_session_and_its_messages_from_the_index(self):
+        session = make_session(self.alice, name="Ephemeral")
+        make_run(session, "walrus facts", "walrus reply")
+        session.delete()
+        assert search_sessions(self.alice, "walrus").is_empty
+        assert search_sessions(self.alice, "ephemeral").is_empty
+        if connection.vendor == "sqlite":  # the FTS5 tables themselves forgot the rows (the triggers ran)
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT count(*) FROM {search.MESSAGE_FTS} WHERE {search.MESSAGE_FTS} MATCH 'walrus'")
+                assert cursor.fetchone()[0] == 0
+                table = search.NAME_TRIGRAMS
+                cursor.execute(f"SELECT count(*) FROM {table} WHERE {table} MATCH 'hemeral'")
+                assert cursor.fetchone()[0] == 0
+
+
+class TestEscaping(SearchTestCase):
+    def test_html_in_messages_and_titles_is_escaped_in_snippets(self):
+        session = make_session(self.alice, name='<img src=x onerror="alert(1)"> xsstoken plans')
+        make_run(session, 'look <script>alert("x")</script> xsstoken & <b>more</b>', None)
+        page = search_sessions(self.alice, "xsstoken")
+        for snippet in [page.title_hits[0].snippet, page.message_hits[0].snippet]:
+            assert tags(snippet) == {"<mark>", "</mark>"}, snippet
+        escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; <mark>xsstoken</mark> &amp;"
+        assert escaped in page.message_hits[0].snippet
+        assert page.title_hits[0].snippet.startswith("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;")
+
+    def test_highlight_markers_typed_by_the_user_cannot_unbalance_the_markup(self):
+        session = make_session(self.alice, name="Odd \ue001characters\ue000 here")
+        make_run(session, "odd \ue000\ue001\ue000 characters", None)
+        page = search_sessions(self.alice, "characters")
+        for snippet in [page.title_hits[0].snippet, page.message_hits[0].snippet]:
+            assert snippet.count("<mark>") == snippet.count("</mark>") >= 1
+            assert "\ue000" not in snippet and "\ue001" not in snippet
+
+
+class TestPagination(SearchTestCase):
+    def test_pages_cover_every_hit_once_titles_first_even_with_equal_timestamps(self):
+        stamp = timezone.now()
+        for i in range(7):
+            make_session(self.alice, name=f"Budget {i}", last_activity_at=stamp)
+        make_session(self.alice, name="Budgte typo")  # a fuzzy title hit, after the exact ones
+        other = make_session(self.alice, name="Ledger")
+        for i in range(9):
+            make_run(other, f"budget line {i}", None)
+        seen, kinds, cursor, pages = [], [], None, 0
+        while True:
+            page = search_sessions(self.alice, "budget", limit=4, cursor=cursor)
+            pages += 1
+            assert pages == 1 or not page.first
+            seen += [("t", h.session.pk) for h in page.title_hits] + [("m", h.message_id) for h in page.message_hits]
+            kinds += [h.fuzzy for h in page.title_hits] + ["m"] * len(page.message_hits)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        assert len(seen) == len(set(seen)) == 7 + 1 + 9
+        assert kinds == [False] * 7 + [True] + ["m"] * 9
+        assert pages == 5
+        message_ids = [pk for kind, pk in seen if kind == "m"]
+        assert message_ids == sorted(message_ids, reverse=True)  # newest first
+
+    def test_a_page_filled_by_titles_still_leads_on_to_the_messages(self):
+        make_session(self.alice, name="Alpha")
+        make_run(make_session(self.alice, name="Other"), "alpha inside", None)
+        first = search_sessions(self.alice, "alpha", limit=1)
+        assert names(first.title_hits) == ["Alpha"] and first.next_cursor
+        second = search_sessions(self.alice, "alpha", limit=1, cursor=first.next_cursor)
+        assert names(second.message_hits) == ["Other"] and second.next_cursor is None
+        assert second.continues_messages
+
+    def collect(self, query, limit):
+        hits, cursor = [], None
+        while True:
+            page = search_sessions(self.alice, query, limit=limit, cursor=cursor)
+            hits += [h.message_id for h in page.message_hits]
+            cursor = page.next_cursor
+            if not cursor:
+                return hits
+
+    def test_message_pages_across_sessions_sharing_a_timestamp(self):
+        sessions = [make_session(self.alice, name=f"S{i}") for i in range(3)]
+        for session in sessions:
+            for j in range(3):
+                make_run(session, f"mango {j}", None)
+        ChatSession.objects.filter(pk__in=[s.pk for s in sessions]).update(last_activity_at=timezone.now())
+        expected = list(Message.objects.filter(session__in=sessions).order_by("-session_id", "-seq")
+                        .values_list("pk", flat=True))
+        assert self.collect("mango", limit=2) == expected
+        # SQLite has two plans (start from the index, or walk the sessions): both give the same pages.
+        with mock.patch.object(search, "FTS5_DRIVING_LIMIT", 1):
+            assert self.collect("mango", limit=2) == expected
+
+    def test_a_forged_cursor_is_rejected(self):
+        for cursor in ["x", "t.0.abc.1", "m.1.2", "m.1.2.x", "t.0.99999999999999999999999.1"]:
+            with pytest.raises(InvalidCursor):
+                search_sessions(self.alice, "budget", cursor=cursor)
+
+
+class TestMigration(TransactionTestCase):
+    def search_objects(self) -> set[str]:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("SELECT indexname FROM pg_indexes WHERE indexname IN "
+                               "('message_search_vector_idx', 'session_name_trgm_idx') UNION "
+                               "SELECT column_name FROM information_schema.columns "
+                               "WHERE column_name = 'search_vector'")
+            else:
+                cursor.execute("SELECT name FROM sqlite_master WHERE name LIKE 'sessions_core_%_fts%' "
+                               "OR name LIKE 'sessions_core_%_trgm%'")
+            return {row[0] for row in cursor.fetchall()}
+
+    def test_it_reverses_and_reapplies_and_indexes_existing_rows(self):
+        expected = self.search_objects()
+        if connection.vendor == "postgresql":
+            assert expected == {"message_search_vector_idx", "session_name_trgm_idx", "search_vector"}
+        else:
+            assert {search.MESSAGE_FTS, search.NAME_TRIGRAMS, "sessions_core_message_fts_ai"} <= expected
+        try:
+            call_command("migrate", "sessions_core", "0001", verbosity=0)
+            assert self.search_objects() == set()
+            alice = make_user("alice")
+            make_run(make_session(alice, name="Written before the index"), "platypus", None)
+        finally:
+            call_command("migrate", "sessions_core", verbosity=0)
+        assert self.search_objects() == expected
+        page = search_sessions(alice, "platypus")
+        assert names(page.message_hits) == ["Written before the index"]
+        assert names(search_sessions(alice, "index").title_hits) == ["Written before the index"]
