@@ -80,8 +80,15 @@ class ChatSession(models.Model):
 
     class Meta:
         indexes = [
+            # Partial indexes: the sidebar reads live sessions newest first, pinned ones apart, and a
+            # planner walks these in order (an IS NULL test on a leading column would stop it doing so).
             models.Index(
-                fields=["owner", "deleted_at", "-last_activity_at", "-id"], name="session_sidebar_idx"
+                fields=["owner", "-last_activity_at", "-id"], condition=Q(deleted_at__isnull=True),
+                name="session_sidebar_idx",
+            ),
+            models.Index(
+                fields=["owner", "-last_activity_at", "-id"],
+                condition=Q(deleted_at__isnull=True, pinned_at__isnull=False), name="session_pinned_idx",
             ),
             models.Index(fields=["owner", "component_id", "-last_activity_at"], name="session_component_idx"),
         ]
