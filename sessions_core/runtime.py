@@ -45,7 +45,7 @@ from .events import (
     ToolExecution,
 )
 from .history import ChatMessage
-from .llm import ModelError
+from .llm import ModelChunk, ModelError
 from .models import ChatSession, Message, Role, Run, RunStatus, StateChange
 from .tools import RunContext, call_tool, result_text, timed
 
@@ -81,17 +81,23 @@ class RunOutput:
     model_provider: str = ""
 
 
-# Runs of this process that were asked to stop: checked between streamed chunks. Other processes
-# see the request through Run.cancel_requested at their next checkpoint.
+# Runs of this process that were asked to stop: checked between streamed chunks, and a run waiting
+# for the model's next chunk is interrupted at once. Other processes see the request through
+# Run.cancel_requested at their next checkpoint.
 _cancel_requested: set[str] = set()
-_running: set[str] = set()
+_running: dict[str, RunLoop] = {}
 _registry_lock = threading.Lock()
 
 
 def request_cancel(run_id: str) -> bool:
+    """Stop a run of this process; False if it is not running here (nothing is kept for it then)."""
     with _registry_lock:
-        _cancel_requested.add(run_id)
-        return run_id in _running
+        run = _running.get(run_id)
+        if run is not None:
+            _cancel_requested.add(run_id)
+    if run is not None:
+        run.interrupt()
+    return run is not None
 
 
 class _Cancelled(Exception):
@@ -199,9 +205,12 @@ class RunLoop:
         self.run_state = session_state
         self.options = options
         self.model = agent.resolved_model()
+        agent.functions()  # a broken tool list (two tools with one name) raises here, before anything is stored
         self.run_id = str(uuid.uuid4())
         self.lease_token = secrets.token_hex(16)
         self.seq = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.reader: asyncio.Task | None = None  # the task, while it waits for the model's next chunk
         self.output = RunOutput(
             run_id=self.run_id, session_id=session_id, user_id=self.user_id, agent_id=agent.id,
             agent_name=agent.name or "", model=self.model.id, model_provider=self.model.provider,
@@ -228,8 +237,9 @@ class RunLoop:
         self.started = time.perf_counter()
         self.checkpoint_due = self.started + CHECKPOINT_SECONDS
         self.working = {**start.state, **self._injected()}
+        self.loop = asyncio.get_running_loop()
         with _registry_lock:
-            _running.add(self.run_id)
+            _running[self.run_id] = self
         heartbeat = asyncio.ensure_future(self._heartbeat(start.session_pk))
         try:
             yield self._event(RunStartedEvent, model=self.model.id, model_provider=self.model.provider)
@@ -244,7 +254,7 @@ class RunLoop:
         finally:
             heartbeat.cancel()
             with _registry_lock:
-                _running.discard(self.run_id)
+                _running.pop(self.run_id, None)
                 _cancel_requested.discard(self.run_id)
 
     async def _body(self, start: _Start) -> AsyncIterator[BaseRunEvent]:
@@ -435,7 +445,7 @@ class RunLoop:
             final = None
             stream = self.model.astream(wire, tools, response_format)
             try:
-                async for chunk in stream:
+                while (chunk := await self._next_chunk(stream)) is not None:
                     if chunk.content:
                         if "time_to_first_token" not in metrics:
                             metrics["time_to_first_token"] = round(time.perf_counter() - self.started, 6)
@@ -479,7 +489,8 @@ class RunLoop:
     def _set_content(self, reply: str) -> None:
         schema = self.options["output_schema"]
         if schema is None:
-            self.output.content = reply
+            # All the text of the run, as streamed (Agno's content): what was said before a tool call counts too.
+            self.output.content = "".join(self.content_parts)
             return
         try:
             self.output.content = schema.model_validate_json(reply)
@@ -529,6 +540,33 @@ class RunLoop:
             if stream_events:
                 yield self._event(StateChangedEvent, patch=patch, changed_keys=state_module.changed_keys(patch),
                                   session_state=after, source=source)
+
+    async def _next_chunk(self, stream) -> ModelChunk | None:
+        """The model's next chunk (None at the end). A stop asked in this process meanwhile interrupts the wait."""
+        self._check_cancelled()  # a stop that came while the run was busy elsewhere (a checkpoint)
+        task = self.reader = asyncio.current_task()
+        try:
+            return await anext(stream)
+        except StopAsyncIteration:
+            return None
+        except asyncio.CancelledError:
+            if self.run_id in _cancel_requested and task.uncancel() == 0:  # our interrupt, not a real cancel
+                raise _Cancelled() from None
+            raise
+        finally:
+            self.reader = None
+
+    def interrupt(self) -> None:
+        """From any thread: stop waiting for the model now (a stop was requested)."""
+
+        def cancel_read():
+            if self.reader is not None:
+                self.reader.cancel()
+
+        try:
+            self.loop.call_soon_threadsafe(cancel_read)
+        except RuntimeError:  # the loop has closed: the run is over
+            pass
 
     def _check_cancelled(self) -> None:
         if self.run_id in _cancel_requested:
@@ -589,7 +627,7 @@ class RunLoop:
                 final_json = state_module.to_json(final_state)
                 if session.state_version != self.start.base_version:
                     # Someone changed the state during the run (a manual edit): replay our changes on theirs.
-                    final_json = self._rebase(session.session_state, changes)
+                    final_json, changes = self._rebase(session.session_state, changes)
                 version = session.state_version
                 rows = []
                 for patch, inverse, source in changes:
@@ -617,11 +655,17 @@ class RunLoop:
         return session.session_state, session.state_version
 
     @staticmethod
-    def _rebase(current: dict, changes: list) -> dict:
-        state = current
+    def _rebase(current: dict, changes: list) -> tuple[dict, list]:
+        """Replay `changes` on `current`: the final state, and the changes as they apply to it (each
+        diffed again, so its inverse patch undoes exactly that step and state_at() stays exact)."""
+        state, rebased = current, []
         for patch, _inverse, source in changes:
             try:
-                state = state_module.apply_patch(state, patch)
+                after = state_module.apply_patch(state, patch)
             except Exception:  # jsonpatch conflicts: the later writer's value for those keys stands
                 logger.warning("State change from %s no longer applies after a concurrent edit", source)
-        return state
+                continue
+            if after != state:
+                rebased.append((*state_module.diff(state, after), source))
+                state = after
+        return state, rebased

@@ -96,6 +96,10 @@ class Toolkit:
         self.name = name
         self.tools = list(tools or [])
 
+    def register(self, fn: Callable, name: str | None = None) -> None:
+        """Add a tool (Agno's Toolkit.register)."""
+        self.tools.append(Function.from_callable(fn, name=name) if name else fn)
+
     def functions(self) -> list[Function]:
         return [Function.from_callable(fn) for fn in self.tools]
 
@@ -193,7 +197,9 @@ async def call_tool(function: Function, args: dict, run_context: RunContext, age
 
             def next_sync(**kwargs):
                 if inner_async:
-                    return async_to_sync(inner)(bound_args(kwargs))
+                    async def call_inner():  # a coroutine function, as async_to_sync expects
+                        return await inner(bound_args(kwargs))
+                    return async_to_sync(call_inner)()
                 return inner(bound_args(kwargs))
             return next_sync
 

@@ -1,0 +1,367 @@
+"""Errors (SPEC Part 1, items 5 and 13): model failures, non-JSON state, accessor errors, cancellation and
+stale leases. A failed run is kept, with its user message, and the stored state stays as it was."""
+
+import datetime
+import decimal
+import threading
+import uuid
+from datetime import timedelta
+
+from django.db import connection
+from django.test import TestCase, TransactionTestCase
+from django.utils import timezone
+
+from sessions_core import Agent, RunContext, RunEvent, SessionIdNotSetError, SessionNotFoundError
+from sessions_core.llm import OpenAIChat
+from sessions_core.models import ChatSession, Message, Run, RunStatus, StateChange
+from tests.engine_helpers import EngineTestMixin, Gate, astream_all, kinds, of_kind, stream_all
+from tests.factories import make_session
+from tests.llm_server import Cut, Error, Hang, Malformed, Text, ToolCalls
+
+
+def add_item(item: str, run_context: RunContext) -> str:
+    """Add an item.
+
+    Args:
+        item: The item.
+    """
+    run_context.session_state["shopping_list"].append(item)
+    return f"Added {item}"
+
+
+# Each failure mode of the test server: what to queue, and words the readable message must contain.
+FAILURES = {
+    "500": ([Error(500, "The engine room is on fire.")] * 3,
+            "answered 500 Internal Server Error: The engine room is on fire."),
+    "429 exhausted": ([Error(429, "Slow down.", "rate_limit")] * 3, "rate limited the request (429 Too Many Requests)"),
+    "stream cut": ([Cut("This reply stops")], "cut off mid-stream"),
+    "malformed": ([Malformed("Half a")], "malformed data"),
+}
+
+
+class ErrorTest(EngineTestMixin, TestCase):
+    def setUp(self):
+        self.agent_ = self.agent(tools=[add_item], session_state={"shopping_list": ["bread"]})
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk."))
+        assert self.agent_.run("add milk", session_id="s").status == "completed"
+        self.stored = ChatSession.objects.get(session_id="s")
+        self.changes = StateChange.objects.count()
+
+    def assert_failed_run_kept(self, run_id, message, user_text):
+        """The Run row and its user message are kept; the stored state and its history are untouched."""
+        run = Run.objects.get(run_id=run_id)
+        assert run.status == RunStatus.ERROR and message in run.error, run.error
+        assert run.finished_at is not None
+        assert Message.objects.filter(run=run, role="user").get().content == user_text
+        session = ChatSession.objects.get(session_id="s")
+        assert (session.session_state, session.state_version) == (self.stored.session_state,
+                                                                  self.stored.state_version)
+        assert StateChange.objects.count() == self.changes
+        assert not session.is_running and session.lease_token == ""
+
+
+class TestModelFailures(ErrorTest):
+    def test_each_failure_mode_ends_the_run_with_a_readable_error(self):
+        for name, (responses, message) in FAILURES.items():
+            with self.subTest(name):
+                # The tool changes the state first; the failing model call that follows must undo nothing stored.
+                self.llm.add(ToolCalls([("add_item", {"item": name})]), *responses)
+
+                output = self.agent_.run(f"add {name}", session_id="s", session_state={"flag": name})
+
+                assert output.status == "error" and message in output.error, output.error
+                assert output.content == output.error
+                self.assert_failed_run_kept(output.run_id, message, f"add {name}")
+
+    def test_each_failure_mode_streams_a_run_error_event(self):
+        for name, (responses, message) in FAILURES.items():
+            with self.subTest(name):
+                self.llm.add(ToolCalls([("add_item", {"item": name})]), *responses)
+
+                events = stream_all(self.agent_, f"add {name}", session_id="s")
+
+                assert kinds(events)[-1] == "RunError" and "RunCompleted" not in kinds(events)
+                assert message in events[-1].content and events[-1].error_type == "model_provider_error"
+                self.assert_failed_run_kept(events[-1].run_id, message, f"add {name}")
+
+    async def test_an_async_run_reports_the_error_too(self):
+        self.llm.add(*FAILURES["500"][0])
+
+        output = await self.agent_.arun("hello", session_id="s")
+        self.llm.add(Cut("This reply"))
+        events = await astream_all(self.agent_, "hello", session_id="s")
+
+        assert output.status == "error" and "answered 500" in output.error
+        assert events[-1].event == RunEvent.run_error and "cut off mid-stream" in events[-1].content
+
+    def test_retries_are_spent_before_giving_up(self):
+        self.llm.add(Error(500), Error(429), Text("Third time lucky."))
+
+        output = self.agent_.run("hello", session_id="s")
+
+        assert output.status == "completed" and output.content == "Third time lucky."
+        assert len(self.llm.requests) == 2 + 3
+
+    def test_a_timeout_ends_the_run_with_a_readable_error(self):
+        model = OpenAIChat(id="test-model", base_url=self.llm.base_url, api_key="test", timeout=0.5, max_retries=0)
+        agent = Agent(name="Tester", model=model, tools=[add_item])
+        self.llm.add(Hang(5), Hang(5))
+
+        output = agent.run("hello", session_id="s")
+        events = stream_all(agent, "hello again", session_id="s")
+
+        assert output.status == "error"
+        assert output.error == "The model server did not answer within 0.5 s."
+        self.assert_failed_run_kept(output.run_id, "did not answer within 0.5 s", "hello")
+        assert events[-1].event == RunEvent.run_error
+        assert events[-1].content == "The model server did not answer within 0.5 s."
+        self.assert_failed_run_kept(events[-1].run_id, "did not answer within 0.5 s", "hello again")
+
+    def test_a_client_error_is_not_retried(self):
+        self.llm.add(Error(400, "Unknown parameter: foo.", "invalid_request_error"))
+
+        output = self.agent_.run("hello", session_id="s")
+
+        assert output.error == "The model server answered 400 Bad Request: Unknown parameter: foo."
+        assert len(self.llm.requests) == 2 + 1
+
+    def test_a_model_that_never_stops_calling_tools_is_stopped(self):
+        self.llm.responder = lambda body: ToolCalls([("add_item", {"item": "more"})])
+
+        output = self.agent_.run("loop", session_id="s")
+
+        assert output.status == "error" and "kept calling tools after 25 requests" in output.error
+        self.assert_failed_run_kept(output.run_id, "kept calling tools", "loop")
+
+    def test_a_partial_reply_before_a_cut_is_kept_as_a_message(self):
+        self.llm.add(Cut("The answer is"))
+
+        output = self.agent_.run("question", session_id="s")
+
+        assert output.status == "error"
+        assert list(Message.objects.filter(run__run_id=output.run_id).values_list("role", "content")) == [
+            ("user", "question"), ("assistant", "The answer is")]
+        assert [m.content for m in self.agent_.get_chat_history(session_id="s")][-2:] == ["question", "The answer is"]
+
+
+class TestNonJSONState(ErrorTest):
+    def test_a_set_in_the_state_fails_the_run_naming_the_key_and_type(self):
+        def tag(run_context: RunContext) -> str:
+            """Tag it."""
+            run_context.session_state["tags"] = {"a", "b"}
+            return "tagged"
+
+        agent = self.agent(tools=[tag, add_item], session_state={"shopping_list": []})
+        self.llm.add(ToolCalls([("add_item", {"item": "x"}), ("tag", {})]), Text("never sent"))
+
+        events = stream_all(agent, "tag it", session_id="s")
+
+        error = events[-1]
+        assert error.event == RunEvent.run_error and error.error_type == "state_error"
+        assert "session_state['tags']" in error.content and "type set" in error.content
+        self.assert_failed_run_kept(error.run_id, "session_state['tags'] holds a value of type set", "tag it")
+        roles = list(Message.objects.filter(run__run_id=error.run_id).values_list("role", flat=True))
+        assert roles == ["user", "assistant", "tool", "tool"]  # the tool traffic is kept too
+        assert len(self.llm.requests) == 2 + 1  # the model was not asked again
+
+    def test_a_non_json_object_nested_deep_is_named_by_its_path(self):
+        def nest(run_context: RunContext) -> str:
+            """Nest."""
+            run_context.session_state["shopping_list"].append({"when": object()})
+            return "ok"
+
+        self.llm.add(ToolCalls([("nest", {})]), Text("never sent"))
+        output = self.agent(tools=[nest], session_state={"shopping_list": []}).run("x", session_id="s")
+
+        assert output.status == "error"
+        assert "session_state['shopping_list'][2]['when'] holds a value of type object" in output.error
+        self.assert_failed_run_kept(output.run_id, "type object", "x")
+
+    def test_non_json_run_state_fails_the_run_before_the_model_is_called(self):
+        output = self.agent_.run("x", session_id="s", session_state={"ids": {1, 2}})
+
+        assert output.status == "error" and "session_state['ids'] holds a value of type set" in output.error
+        assert len(self.llm.requests) == 2
+        self.assert_failed_run_kept(output.run_id, "type set", "x")
+
+    def test_datetime_decimal_and_uuid_from_a_tool_become_strings(self):
+        def stamp(run_context: RunContext) -> str:
+            """Stamp."""
+            run_context.session_state.update(
+                at=datetime.datetime(2024, 1, 2, 3, 4, 5), day=datetime.date(2024, 1, 2),
+                price=decimal.Decimal("1.50"), id=uuid.UUID(int=1),
+            )
+            return "ok"
+
+        self.llm.add(ToolCalls([("stamp", {})]), Text("ok"))
+        events = stream_all(self.agent(tools=[stamp]), "x", session_id="t")
+
+        expected = {"at": "2024-01-02T03:04:05", "day": "2024-01-02", "price": "1.50",
+                    "id": "00000000-0000-0000-0000-000000000001"}
+        assert of_kind(events, RunEvent.state_changed)[0].session_state == expected
+        assert events[-1].session_state == expected
+        assert ChatSession.objects.get(session_id="t").session_state == expected
+
+    def test_manual_update_with_a_set_is_refused_and_stores_nothing(self):
+        with self.assertRaisesMessage(ValueError, "session_state['tags'] holds a value of type set"):
+            self.agent_.update_session_state({"tags": {"x"}}, session_id="s")
+
+        assert ChatSession.objects.get(session_id="s").session_state == self.stored.session_state
+
+
+class TestAccessorErrors(EngineTestMixin, TestCase):
+    def test_without_a_session_id_accessors_say_so(self):
+        agent = self.agent()
+        for call in (agent.get_session_state, agent.get_chat_history, agent.get_session, agent.get_session_name,
+                     lambda: agent.update_session_state({"a": 1}), agent.delete_session):
+            with self.assertRaisesMessage(SessionIdNotSetError, "Session ID is not set"):
+                call()
+
+    def test_an_unknown_session_is_not_found(self):
+        agent = self.agent()
+        for call in (lambda: agent.get_session_state(session_id="nope"),
+                     lambda: agent.get_chat_history(session_id="nope"),
+                     lambda: agent.update_session_state({"a": 1}, session_id="nope")):
+            with self.assertRaisesMessage(SessionNotFoundError, "Session not found: nope"):
+                call()
+        assert not ChatSession.objects.exists()
+
+    async def test_async_accessors_raise_the_same(self):
+        agent = self.agent()
+        with self.assertRaisesMessage(SessionIdNotSetError, "Session ID is not set"):
+            await agent.aget_session_state()
+        with self.assertRaisesMessage(SessionNotFoundError, "Session not found: nope"):
+            await agent.aget_chat_history(session_id="nope")
+
+    def test_a_run_without_a_session_id_starts_one_and_sticks_to_it(self):
+        agent = self.agent()
+
+        first = agent.run("one")
+        second = agent.run("two")
+
+        assert first.session_id == second.session_id == agent.session_id
+        assert [m.content for m in agent.get_chat_history() if m.role == "user"] == ["one", "two"]
+
+    def test_a_bad_session_id_is_refused(self):
+        for bad in ("x" * 129, "tab\there"):
+            with self.assertRaises(ValueError):
+                self.agent().run("hi", session_id=bad)
+        assert not ChatSession.objects.exists()
+
+
+class TestCancellation(EngineTestMixin, TestCase):
+    def test_cancel_run_mid_stream_keeps_the_partial_text_and_history_skips_it(self):
+        agent = self.agent(add_history_to_context=True)
+        self.llm.add(Text("Before."))
+        agent.run("earlier", session_id="s")
+        events = []
+        with Gate() as gate:
+            self.llm.add(Text("Partial answer that never ends", wait_event=gate))
+            for event in agent.run("stop me", session_id="s", stream=True, stream_events=True):
+                events.append(event)
+                if event.event == RunEvent.run_content:
+                    assert Agent.cancel_run(event.run_id) is True
+                    # Nothing more comes from the model: the stop must land while the reply is held.
+                    assert self.llm.wait_for_disconnects(1, timeout=5)
+
+        assert kinds(events) == ["RunStarted", "RunContent", "RunCancelled", "RunCompleted"]
+        assert events[-2].content == "Partial "
+        assert events[-1].status == "cancelled" and events[-1].content == "Partial "
+        run = Run.objects.get(run_id=events[0].run_id)
+        assert (run.status, run.content, run.cancel_requested) == ("cancelled", "Partial ", True)
+        assert list(run.messages.values_list("role", "content")) == [("user", "stop me"), ("assistant", "Partial ")]
+        agent.run("after", session_id="s")
+        assert self.sent_pairs() == [("user", "earlier"), ("assistant", "Before."), ("user", "after")]
+        assert not ChatSession.objects.get(session_id="s").is_running
+
+    async def test_acancel_run_stops_an_async_stream(self):
+        agent = self.agent(session_state={"n": 1})
+        events = []
+        with Gate() as gate:
+            self.llm.add(Text("Half of it", wait_event=gate))
+            async for event in agent.arun("stop me", session_id="s", stream=True, stream_events=True,
+                                          session_state={"n": 2}):
+                events.append(event)
+                if event.event == RunEvent.run_content:
+                    assert await Agent.acancel_run(event.run_id) is True
+
+        assert kinds(events)[-2:] == ["RunCancelled", "RunCompleted"]
+        assert events[-1].content == "Half " and events[-1].status == "cancelled"
+        assert events[-1].session_state == {"n": 2}  # a cancelled run keeps the state it reached
+        assert await agent.aget_session_state(session_id="s") == {"n": 2}
+
+    def test_a_stop_asked_by_another_process_lands_at_the_next_checkpoint(self):
+        agent = self.agent()
+        words = " ".join(f"w{n}" for n in range(60))
+        self.llm.add(Text(words, chunk_delay=0.05))
+        events = []
+
+        for event in agent.run("long", session_id="s", stream=True):
+            events.append(event)
+            if len(events) == 1:
+                # What Agent.acancel_run does from another process: only the database flag.
+                Run.objects.filter(run_id=event.run_id).update(cancel_requested=True)
+
+        assert events[-1].status == "cancelled"
+        assert 1 < len(events) - 2 < 60  # stopped about a second in, well before the end
+        assert Run.objects.get().content == events[-1].content
+
+    def test_stopping_to_listen_cancels_the_run(self):
+        agent = self.agent()
+        with Gate() as gate:
+            self.llm.add(Text("You will not read this", wait_event=gate))
+            stream = agent.run("hi", session_id="s", stream=True)
+            first = next(stream)
+            stream.close()
+
+        run = Run.objects.get(run_id=first.run_id)
+        assert (run.status, run.content) == ("cancelled", "You ")
+        assert not ChatSession.objects.get().is_running
+
+
+class TestCancellationAcrossThreads(EngineTestMixin, TransactionTestCase):
+    def test_a_non_streamed_run_is_cancelled_from_another_thread(self):
+        agent = self.agent()
+
+        def cancel_once_streaming():
+            try:
+                assert self.llm.wait_for_requests(1)
+                assert Agent.cancel_run(Run.objects.get(status="running").run_id) is True
+            finally:
+                connection.close()
+
+        with Gate() as gate:
+            self.llm.add(Text("Slow answer here", wait_event=gate))
+            canceller = threading.Thread(target=cancel_once_streaming)
+            canceller.start()
+            output = agent.run("slow", session_id="s")
+            canceller.join()
+
+        assert (output.status, output.content) == ("cancelled", "Slow ")
+        assert Run.objects.get().status == "cancelled"
+
+
+class TestStaleLease(EngineTestMixin, TestCase):
+    def test_a_stale_lease_marks_the_dead_run_interrupted_and_the_next_run_proceeds(self):
+        session = make_session(session_id="s", component_id="tester", lease_token="dead-process",
+                               lease_expires_at=timezone.now() - timedelta(seconds=1))
+        dead = Run.objects.create(session=session, status=RunStatus.RUNNING, input="lost", content="half a rep")
+
+        output = self.agent().run("hello", session_id="s")
+
+        dead.refresh_from_db()
+        assert dead.status == RunStatus.INTERRUPTED and dead.finished_at is not None
+        assert dead.error == "The process running this run stopped before it finished."
+        assert dead.content == "half a rep"
+        assert output.status == "completed"
+        session.refresh_from_db()
+        assert (session.lease_token, session.lease_expires_at) == ("", None)
+
+    def test_a_live_lease_is_waited_for(self):
+        expires = timezone.now() + timedelta(seconds=0.4)
+        make_session(session_id="s", component_id="tester", lease_token="other-process", lease_expires_at=expires)
+
+        output = self.agent().run("hello", session_id="s")
+
+        assert output.status == "completed"
+        assert Run.objects.get().created_at >= expires

@@ -1,0 +1,550 @@
+"""Session state: merge precedence (SPEC Appendix A, adapted to our contract), templating, injected keys.
+
+Each run goes through the real OpenAIChat to the local test server; assertions read the stored
+state, the RunOutput / events, and the request bodies the server recorded.
+"""
+
+import datetime
+import decimal
+import json
+import uuid
+
+from asgiref.sync import sync_to_async
+from django.test import SimpleTestCase, TestCase
+
+from sessions_core import RunContext, RunEvent
+from sessions_core import state as state_module
+from sessions_core.models import ChatSession, StateChange
+from tests.engine_helpers import (
+    EngineTestMixin,
+    astream_all,
+    make_users,
+    of_kind,
+    snapshot,
+    stream_all,
+    tool_then_text,
+)
+from tests.llm_server import Text, ToolCalls
+
+
+def add_item(item: str, run_context: RunContext) -> str:
+    """Add an item to the shopping list.
+
+    Args:
+        item: The item to add.
+    """
+    run_context.session_state["shopping_list"].append(item)
+    return f"Added {item}"
+
+
+class TestAppendixA(EngineTestMixin, TestCase):
+    """SPEC.md Appendix A: Agno's test_session_state.py, adapted to our contract."""
+
+    def test_precedence_all_three_layers(self):
+        agent = self.agent(session_state={"name": "agent_default", "shared_key": "from_agent_default",
+                                          "agent_only": "agent_value"})
+        agent.run("one", session_id="s", session_state={"name": "db_saved", "shared_key": "from_db", "db_only": "d"})
+        agent.run("two", session_id="s", session_state={"name": "run_override", "shared_key": "from_run",
+                                                        "run_only": "r"})
+
+        assert agent.get_session_state(session_id="s") == {
+            "name": "run_override", "shared_key": "from_run", "run_only": "r", "db_only": "d",
+            "agent_only": "agent_value",
+        }
+
+    def test_precedence_db_and_run_only(self):
+        agent = self.agent()
+        agent.run("one", session_id="s", session_state={"db_key": "db", "shared": "from_db"})
+        agent.run("two", session_id="s", session_state={"run_key": "run", "shared": "from_run"})
+
+        assert agent.get_session_state(session_id="s") == {"db_key": "db", "run_key": "run", "shared": "from_run"}
+
+    def test_precedence_agent_and_run_only(self):
+        defaults = {"agent_key": "agent", "shared": "from_agent"}
+        agent = self.agent(session_state=defaults)
+
+        output = agent.run("one", session_id="s", session_state={"run_key": "run", "shared": "from_run"})
+
+        assert output.session_state == {"agent_key": "agent", "run_key": "run", "shared": "from_run"}
+        assert defaults == {"agent_key": "agent", "shared": "from_agent"}
+        assert agent.session_state == {"agent_key": "agent", "shared": "from_agent"}
+        assert agent.get_session_state(session_id="s") == ChatSession.objects.get(session_id="s").session_state
+        assert agent.get_session_state(session_id="s") == output.session_state
+
+    def test_empty_run_state_preserves_db(self):
+        agent = self.agent(session_state={"agent_key": "agent"})
+        expected = {"agent_key": "agent", "db_key": "db", "modified": "original"}
+
+        agent.run("one", session_id="s", session_state={"db_key": "db", "modified": "original"})
+        assert agent.get_session_state(session_id="s") == expected
+        version = ChatSession.objects.get(session_id="s").state_version
+        for run_state in (None, {}):
+            output = agent.run("again", session_id="s", session_state=run_state)
+            assert output.session_state == expected
+            assert agent.get_session_state(session_id="s") == expected
+        assert ChatSession.objects.get(session_id="s").state_version == version
+
+    def test_default_state_does_not_override_db(self):
+        agent = self.agent(session_state={"agent_key": []})
+        agent.run("one", session_id="s", session_state={"agent_key": ["foo", "bar"]})
+        agent.run("two", session_id="s", session_state=None)
+
+        assert agent.get_session_state(session_id="s") == {"agent_key": ["foo", "bar"]}
+
+    def test_tool_updates_persist_and_user_text_is_never_templated(self):
+        agent = self.agent(tools=[add_item], session_state={"shopping_list": []},
+                           instructions="Current shopping list: {shopping_list}")
+        self.llm.add(ToolCalls([("add_item", {"item": "oranges"})]), Text("Added oranges."))
+        agent.run("Add oranges", session_id="s")
+        user_text = 'What is in {shopping_list}? Answer like ```json\n{"items": ["x"]}\n```'
+
+        output = agent.run(user_text, session_id="s")
+
+        assert agent.get_session_state(session_id="s") == {"shopping_list": ["oranges"]}
+        assert self.system_prompt() == "Current shopping list: ['oranges']"
+        assert self.sent_pairs()[-1] == ("user", user_text)  # our contract: the user's text reaches the model as typed
+        assert output.messages[1].role == "user" and output.messages[1].content == user_text
+
+    def test_manual_session_state_update(self):
+        agent = self.agent(tools=[add_item], session_state={"shopping_list": []}, add_session_state_to_context=True)
+        self.llm.add(ToolCalls([("add_item", {"item": "oranges"})]), Text("Added."))
+        agent.run("Add oranges", session_id="s")
+
+        agent.update_session_state({"shopping_list": ["oranges", "bananas"]}, session_id="s")
+
+        assert agent.get_session_state(session_id="s") == {"shopping_list": ["oranges", "bananas"]}
+        agent.run("What is on my list?", session_id="s")
+        assert '"shopping_list": ["oranges", "bananas"]' in self.system_prompt()
+
+    def test_precedence_with_nested_dicts(self):
+        agent = self.agent(session_state={"user_profile": {"name": "default", "age": 25},
+                                          "settings": {"theme": "light", "notifications": True}})
+        agent.run("one", session_id="s", session_state={"user_profile": {"name": "db_user", "email": "db@x.org"},
+                                                        "settings": {"theme": "dark"}})
+        agent.run("two", session_id="s", session_state={"user_profile": {"name": "run_user", "phone": "555"},
+                                                        "new_section": {"new_key": "v"}})
+
+        assert agent.get_session_state(session_id="s") == {
+            "user_profile": {"name": "run_user", "phone": "555", "email": "db@x.org", "age": 25},
+            "settings": {"theme": "dark", "notifications": True},
+            "new_section": {"new_key": "v"},
+        }
+
+    async def test_precedence_async(self):
+        agent = self.agent(session_state={"async_test": "agent_default"})
+        await agent.arun("one", session_id="s", session_state={"async_test": "db_state", "db_key": "db"})
+        output = await agent.arun("two", session_id="s", session_state={"async_test": "run_state", "run_key": "r"})
+
+        expected = {"async_test": "run_state", "db_key": "db", "run_key": "r"}
+        assert output.session_state == expected
+        assert await agent.aget_session_state(session_id="s") == expected
+
+    def test_precedence_streaming(self):
+        agent = self.agent(session_state={"async_test": "agent_default"})
+        list(agent.run("one", session_id="s", stream=True, session_state={"async_test": "db_state", "db_key": "db"}))
+        events = list(agent.run("two", session_id="s", stream=True,
+                                session_state={"async_test": "run_state", "run_key": "r"}))
+
+        expected = {"async_test": "run_state", "db_key": "db", "run_key": "r"}
+        assert events[-1].event == RunEvent.run_completed and events[-1].session_state == expected
+        assert agent.get_session_state(session_id="s") == expected
+
+    def test_overwriting(self):
+        agent = self.agent(session_state={"overwrite_test": "agent_default"}, overwrite_db_session_state=True)
+        agent.run("one", session_id="s", session_state={"original_field": "original"})
+        assert agent.get_session_state(session_id="s") == {"overwrite_test": "agent_default",
+                                                           "original_field": "original"}
+
+        agent.run("two", session_id="s", session_state={"new_field": "new"})
+
+        assert agent.get_session_state(session_id="s") == {"overwrite_test": "agent_default", "new_field": "new"}
+
+    def test_switching_session_ids_keeps_each_sessions_state(self):
+        agent = self.agent(tools=[add_item], session_state={"shopping_list": []})
+        self.llm.responder = tool_then_text("add_item", lambda body: {"item": body["messages"][-1]["content"]})
+
+        agent.run("apples", session_id="one")
+        agent.run("pears", session_id="two")
+        agent.run("plums", session_id="one")
+
+        assert agent.get_session_state(session_id="one") == {"shopping_list": ["apples", "plums"]}
+        assert agent.get_session_state(session_id="two") == {"shopping_list": ["pears"]}
+
+    def test_run_output_and_completed_event_carry_the_updated_state(self):
+        agent = self.agent(tools=[add_item], session_state={"shopping_list": []})
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("ok"),
+                     ToolCalls([("add_item", {"item": "eggs"})]), Text("ok"))
+
+        output = agent.run("milk", session_id="s")
+        events = stream_all(agent, "eggs", session_id="s")
+
+        assert output.session_state == {"shopping_list": ["milk"]}
+        completed = of_kind(events, RunEvent.run_completed)[0]
+        assert completed.session_state == {"shopping_list": ["milk", "eggs"]}
+        assert completed.state_version == ChatSession.objects.get(session_id="s").state_version
+
+    async def test_async_run_output_and_completed_event_carry_the_updated_state(self):
+        agent = self.agent(tools=[add_item], session_state={"shopping_list": []})
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("ok"),
+                     ToolCalls([("add_item", {"item": "eggs"})]), Text("ok"))
+
+        output = await agent.arun("milk", session_id="s")
+        events = await astream_all(agent, "eggs", session_id="s")
+
+        assert output.session_state == {"shopping_list": ["milk"]}
+        assert of_kind(events, RunEvent.run_completed)[0].session_state == {"shopping_list": ["milk", "eggs"]}
+
+    def test_state_block_in_context(self):
+        agent = self.agent(session_state={"shopping_list": ["milk"], "count": 1}, add_session_state_to_context=True,
+                           instructions="You keep lists.")
+
+        output = agent.run("hi", session_id="s", user_id="alice")
+
+        prompt = self.system_prompt()
+        assert prompt.startswith("You keep lists.")
+        block = prompt.split("<session_state>\n", 1)[1].split("\n</session_state>", 1)[0]
+        assert json.loads(block) == {"shopping_list": ["milk"], "count": 1, "current_user_id": "alice",
+                                     "current_session_id": "s", "current_run_id": output.run_id}
+
+    def test_no_state_block_unless_asked(self):
+        self.agent(session_state={"secret": "x"}, instructions="Hello.").run("hi", session_id="s")
+
+        assert self.system_prompt() == "Hello."
+
+
+class TestMergePrecedence(EngineTestMixin, TestCase):
+    """Our contract (SPEC Part 1, items 1-2) beyond Appendix A."""
+
+    def test_explicit_none_replaces_a_stored_value(self):
+        agent = self.agent(session_state={"theme": "light"})
+        agent.run("one", session_id="s", session_state={"theme": "dark", "nested": {"a": 1, "b": 2}})
+
+        agent.run("two", session_id="s", session_state={"theme": None, "nested": {"a": None}})
+
+        assert agent.get_session_state(session_id="s") == {"theme": None, "nested": {"a": None, "b": 2}}
+
+    def test_deeply_nested_dicts_merge_key_by_key_and_lists_are_replaced(self):
+        agent = self.agent(session_state={"a": {"b": {"c": 1, "d": [1, 2]}, "e": 1}})
+        agent.run("one", session_id="s", session_state={"a": {"b": {"x": 1}}})
+
+        agent.run("two", session_id="s", session_state={"a": {"b": {"d": [3]}}})
+
+        assert agent.get_session_state(session_id="s") == {"a": {"b": {"c": 1, "d": [3], "x": 1}, "e": 1}}
+
+    def test_a_dict_replaces_a_scalar_and_a_scalar_replaces_a_dict(self):
+        agent = self.agent()
+        agent.run("one", session_id="s", session_state={"x": 1, "y": {"deep": True}})
+
+        agent.run("two", session_id="s", session_state={"x": {"now": "dict"}, "y": "flat"})
+
+        assert agent.get_session_state(session_id="s") == {"x": {"now": "dict"}, "y": "flat"}
+
+    def test_overwrite_mode_run_without_state_leaves_stored_state(self):
+        agent = self.agent(session_state={"d": 0}, overwrite_db_session_state=True)
+        agent.run("one", session_id="s", session_state={"kept": True})
+
+        for run_state in (None, {}):
+            output = agent.run("again", session_id="s", session_state=run_state)
+            assert output.session_state == {"d": 0, "kept": True}
+        assert agent.get_session_state(session_id="s") == {"d": 0, "kept": True}
+
+    def test_overwrite_mode_defaults_fill_missing_keys_but_stored_keys_go(self):
+        agent = self.agent(session_state={"d": 0, "e": {"x": 1}}, overwrite_db_session_state=True)
+        agent.run("one", session_id="s", session_state={"d": 5, "old": 1})
+
+        agent.run("two", session_id="s", session_state={"e": {"y": 2}})
+
+        assert agent.get_session_state(session_id="s") == {"d": 0, "e": {"x": 1, "y": 2}}
+
+    def test_a_default_added_later_reaches_an_existing_session(self):
+        self.agent(session_state={"a": 1}).run("one", session_id="s", session_state={"a": 5})
+
+        output = self.agent(session_state={"a": 1, "b": []}).run("two", session_id="s")
+
+        assert output.session_state == {"a": 5, "b": []}
+        change = StateChange.objects.get(session__session_id="s", version=3)
+        assert (change.source, change.patch) == ("defaults", [{"op": "add", "path": "/b", "value": []}])
+
+    def test_defaults_and_run_input_are_recorded_as_separate_changes(self):
+        agent = self.agent(session_state={"a": 1})
+
+        output = agent.run("one", session_id="s", session_state={"b": 2})
+
+        changes = list(StateChange.objects.filter(session__session_id="s").values_list("version", "source", "patch"))
+        assert changes == [
+            (1, "defaults", [{"op": "add", "path": "/a", "value": 1}]),
+            (2, "run_input", [{"op": "add", "path": "/b", "value": 2}]),
+        ]
+        assert output.state_version == 2
+        assert StateChange.objects.get(version=2).run.run_id == output.run_id
+
+    def test_a_run_that_changes_nothing_records_no_change(self):
+        agent = self.agent(session_state={"a": 1})
+        agent.run("one", session_id="s", session_state={"a": 1})
+        assert StateChange.objects.count() == 1
+
+        agent.run("two", session_id="s", session_state={"a": 1})
+
+        assert StateChange.objects.count() == 1
+        assert ChatSession.objects.get(session_id="s").state_version == 1
+
+    def test_run_supplied_datetime_decimal_and_uuid_are_stored_as_strings(self):
+        when = datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.UTC)
+        key = uuid.UUID("12345678-1234-5678-1234-567812345678")
+
+        output = self.agent().run("x", session_id="s", session_state={
+            "when": when, "day": datetime.date(2024, 5, 1), "price": decimal.Decimal("9.99"), "key": key,
+        })
+
+        expected = {"when": "2024-05-01T12:30:00+00:00", "day": "2024-05-01", "price": "9.99",
+                    "key": "12345678-1234-5678-1234-567812345678"}
+        assert output.session_state == expected
+        assert ChatSession.objects.get(session_id="s").session_state == expected
+
+
+def shop_tool(item: str, run_context: RunContext) -> str:
+    """Put an item on the list and count the visits.
+
+    Args:
+        item: The item.
+    """
+    run_context.session_state["shopping_list"].append(item)
+    run_context.session_state["visits"] = run_context.session_state.get("visits", 0) + 1
+    return "ok"
+
+
+class TestSameResultEveryWay(EngineTestMixin, TestCase):
+    """Sync, async, streaming and async streaming runs store exactly the same thing."""
+
+    SCRIPT = [
+        ("buy milk", {"shopping_list": ["bread"]}),
+        ("buy eggs", None),
+        ("buy tea", {"note": {"who": "me"}}),
+    ]
+
+    def setUp(self):
+        self.llm.responder = tool_then_text("shop_tool", lambda body: {"item": body["messages"][-1]["content"][4:]})
+
+    def make_agent(self):
+        return self.agent(tools=[shop_tool], session_state={"shopping_list": [], "visits": 0},
+                          add_history_to_context=True, instructions="List: {shopping_list}")
+
+    def test_every_mode_stores_the_same_runs_messages_state_and_changes(self):
+        agent = self.make_agent()
+        for text, run_state in self.SCRIPT:
+            agent.run(text, session_id="sync", session_state=run_state)
+        for text, run_state in self.SCRIPT:
+            list(agent.run(text, session_id="stream", session_state=run_state, stream=True, stream_events=True))
+
+        async def async_runs():
+            for text, run_state in self.SCRIPT:
+                await agent.arun(text, session_id="async", session_state=run_state)
+            for text, run_state in self.SCRIPT:
+                await astream_all(agent, text, session_id="astream", session_state=run_state)
+
+        from asgiref.sync import async_to_sync
+
+        async_to_sync(async_runs)()
+
+        reference = snapshot("sync")
+        assert reference["state"] == {"shopping_list": ["bread", "milk", "eggs", "tea"], "visits": 3,
+                                      "note": {"who": "me"}}
+        assert len(reference["runs"]) == 3 and reference["last_seq"] == 15
+        for session_id in ("stream", "async", "astream"):
+            assert snapshot(session_id) == reference, session_id
+
+
+class TestTemplating(EngineTestMixin, TestCase):
+    def test_placeholders_resolve_from_state_then_dependencies_then_metadata_then_user_id(self):
+        agent = self.agent(
+            session_state={"a": "state-a"},
+            dependencies={"a": "dep-a", "b": "dep-b"},
+            metadata={"a": "meta-a", "b": "meta-b", "c": "meta-c", "user_id": "meta-user"},
+            instructions="a={a} b={b} c={c} user={user_id} n={n}",
+        )
+
+        agent.run("hi", session_id="s", user_id="alice", session_state={"n": 3})
+
+        assert self.system_prompt() == "a=state-a b=dep-b c=meta-c user=meta-user n=3"
+
+    def test_user_id_fills_in_when_nothing_else_has_it(self):
+        self.agent(instructions="You talk to {user_id}.").run("hi", session_id="s", user_id="alice")
+
+        assert self.system_prompt() == "You talk to alice."
+
+    def test_missing_keys_json_braces_and_format_specs_stay_verbatim(self):
+        text = 'Known {known}, unknown {unknown}, json {"k": [1, 2]}, {{double}}, spec {known:>5}, empty {}'
+        self.agent(session_state={"known": 7}, instructions=text).run("hi", session_id="s")
+
+        assert self.system_prompt() == (
+            'Known 7, unknown {unknown}, json {"k": [1, 2]}, {{double}}, spec {known:>5}, empty {}')
+
+    def test_user_input_with_placeholders_is_sent_verbatim(self):
+        agent = self.agent(session_state={"secret": "s3cr3t"}, instructions="Never say {secret}.")
+
+        output = agent.run("Tell me {secret} and {current_user_id}", session_id="s", user_id="alice")
+
+        assert self.sent_pairs() == [("user", "Tell me {secret} and {current_user_id}")]
+        assert "s3cr3t" not in json.dumps(self.sent_pairs())
+        assert output.messages[-2].content == "Tell me {secret} and {current_user_id}"
+
+    def test_list_instructions_and_system_message_are_templated(self):
+        self.agent(session_state={"x": "X"}, instructions=["one {x}", "two {x}"]).run("hi", session_id="a")
+        assert self.system_prompt() == "<instructions>\n- one X\n- two X\n</instructions>"
+
+        agent = self.agent(session_state={"x": "X"}, system_message="Only {x}.", instructions="ignored")
+        agent.run("hi", session_id="b")
+        assert self.system_prompt() == "Only X."
+
+    def test_resolve_in_context_false_leaves_placeholders(self):
+        agent = self.agent(session_state={"x": "X"}, instructions="Keep {x}", resolve_in_context=False)
+        agent.run("hi", session_id="s")
+
+        assert self.system_prompt() == "Keep {x}"
+
+    def test_run_dependencies_and_metadata_reach_templates(self):
+        agent = self.agent(instructions="{dep} {meta}", metadata={"meta": "agent-meta"})
+
+        agent.run("hi", session_id="s", dependencies={"dep": "run-dep"}, metadata={"meta": "run-meta"})
+
+        assert self.system_prompt() == "run-dep agent-meta"  # Agno: the agent's metadata wins over the call's
+
+    def test_templates_see_the_state_after_the_merge(self):
+        agent = self.agent(session_state={"mood": "calm"}, instructions="Mood: {mood}")
+        agent.run("one", session_id="s", session_state={"mood": "happy"})
+
+        agent.run("two", session_id="s")
+
+        assert self.system_prompt() == "Mood: happy"
+
+
+class TestInjectedKeys(EngineTestMixin, TestCase):
+    """current_user_id / current_session_id / current_run_id: seen during the run, never stored or returned."""
+
+    INJECTED = {"current_user_id", "current_session_id", "current_run_id"}
+
+    def setUp(self):
+        self.seen = []
+
+        def peek(run_context: RunContext) -> str:
+            """Look at the state."""
+            self.seen.append(dict(run_context.session_state))
+            run_context.session_state["current_user_id"] = "mallory"  # a tool cannot persist an injected key
+            run_context.session_state["peeked"] = True
+            return "ok"
+
+        self.peek = peek
+
+    def assert_clean(self, state):
+        assert not self.INJECTED & set(state), state
+
+    def test_tools_and_templates_see_them(self):
+        agent = self.agent(tools=[self.peek], session_state={"a": 1},
+                           instructions="u={current_user_id} s={current_session_id} r={current_run_id}")
+        self.llm.add(ToolCalls([("peek", {})]), Text("done"))
+
+        output = agent.run("look", session_id="s", user_id="alice")
+
+        assert self.seen == [{"a": 1, "current_user_id": "alice", "current_session_id": "s",
+                              "current_run_id": output.run_id}]
+        assert self.system_prompt(0) == f"u=alice s=s r={output.run_id}"
+
+    def test_they_are_absent_from_outputs_events_accessors_and_the_database(self):
+        agent = self.agent(tools=[self.peek], session_state={"a": 1})
+        self.llm.add(ToolCalls([("peek", {})]), Text("done"), ToolCalls([("peek", {})]), Text("done"))
+
+        output = agent.run("look", session_id="s", user_id="alice",
+                           session_state={"current_session_id": "forged", "b": 2})
+        events = stream_all(agent, "again", session_id="s", user_id="alice")
+
+        assert output.session_state == {"a": 1, "b": 2, "peeked": True}
+        self.assert_clean(of_kind(events, RunEvent.run_completed)[0].session_state)
+        for event in of_kind(events, RunEvent.state_changed):
+            self.assert_clean(event.session_state)
+        self.assert_clean(agent.get_session_state(session_id="s", user_id="alice"))
+        self.assert_clean(ChatSession.objects.get(session_id="s").session_state)
+        for patch in StateChange.objects.values_list("patch", flat=True):
+            assert not any(op["path"].lstrip("/").split("/")[0] in self.INJECTED for op in patch), patch
+        assert self.seen[1]["current_user_id"] == "alice"  # the tool's forgery did not stick
+
+    async def test_async_run_keeps_them_out_too(self):
+        agent = self.agent(tools=[self.peek], session_state={"a": 1})
+        self.llm.add(ToolCalls([("peek", {})]), Text("done"))
+
+        output = await agent.arun("look", session_id="s", user_id="alice")
+
+        assert output.session_state == {"a": 1, "peeked": True}
+        self.assert_clean(await agent.aget_session_state(session_id="s", user_id="alice"))
+        assert self.seen[0]["current_run_id"] == output.run_id
+
+    def test_without_a_user_there_is_no_current_user_id(self):
+        agent = self.agent(tools=[self.peek])
+        self.llm.add(ToolCalls([("peek", {})]), Text("done"))
+
+        output = agent.run("look", session_id="s")
+
+        assert self.seen == [{"current_session_id": "s", "current_run_id": output.run_id}]
+
+
+class TestStateFunctions(SimpleTestCase):
+    """The pure functions in sessions_core/state.py."""
+
+    def test_merge_state_does_not_touch_its_inputs(self):
+        defaults, stored, run = {"a": {"x": [1]}}, {"a": {"y": 2}}, {"a": {"z": 3}}
+
+        merged = state_module.merge_state(defaults, stored, run)
+        merged["a"]["x"].append(99)
+
+        assert merged == {"a": {"x": [1, 99], "y": 2, "z": 3}}
+        assert defaults == {"a": {"x": [1]}} and stored == {"a": {"y": 2}} and run == {"a": {"z": 3}}
+
+    def test_to_json_names_the_key_and_the_type(self):
+        try:
+            state_module.to_json({"ok": 1, "tags": {"inner": [1, {2, 3}]}})
+        except state_module.StateNotJSONError as exc:
+            assert "['tags']['inner'][1]" in str(exc) and "set" in str(exc)
+        else:
+            raise AssertionError("a set was accepted")
+
+    def test_to_json_rejects_nan_objects_and_odd_keys(self):
+        for bad in ({"x": float("nan")}, {"x": object()}, {("t",): 1}, {"x": b"bytes"}):
+            try:
+                state_module.to_json(bad)
+            except state_module.StateNotJSONError:
+                continue
+            raise AssertionError(f"{bad!r} was accepted")
+
+    def test_diff_and_changed_keys(self):
+        patch, inverse = state_module.diff({"a": 1, "b": [1]}, {"b": [1, 2], "c": {"d": 1}})
+
+        assert state_module.apply_patch({"a": 1, "b": [1]}, patch) == {"b": [1, 2], "c": {"d": 1}}
+        assert state_module.apply_patch({"b": [1, 2], "c": {"d": 1}}, inverse) == {"a": 1, "b": [1]}
+        assert sorted(state_module.changed_keys(patch)) == ["a", "b", "c"]
+
+    def test_render_renders_non_strings_with_str(self):
+        rendered = state_module.render("{n} {f} {l} {d} {none}", {"n": 1, "f": 1.5, "l": ["a"], "d": {"k": 1},
+                                                                   "none": None})
+
+        assert rendered == "1 1.5 ['a'] {'k': 1} None"
+
+
+class TestStateAccessorsOnUsers(EngineTestMixin, TestCase):
+    def test_user_sessions_keep_their_own_state(self):
+        make_users("alice", "bob")
+        agent = self.agent(session_state={"n": 0})
+
+        agent.run("a", session_id="sa", user_id="alice", session_state={"n": 1})
+        agent.run("b", session_id="sb", user_id="bob", session_state={"n": 2})
+
+        assert agent.get_session_state(session_id="sa", user_id="alice") == {"n": 1}
+        assert agent.get_session_state(session_id="sb", user_id="bob") == {"n": 2}
+
+    async def test_async_update_session_state_is_shallow_and_recorded(self):
+        agent = self.agent(session_state={"prefs": {"a": 1, "b": 2}})
+        await agent.arun("one", session_id="s")
+
+        state = await agent.aupdate_session_state({"prefs": {"a": 9}, "new": True}, session_id="s")
+
+        assert state == {"prefs": {"a": 9}, "new": True}
+        change = await sync_to_async(StateChange.objects.order_by("version").last)()
+        assert (change.source, change.run_id) == ("manual", None)
