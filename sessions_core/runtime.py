@@ -314,9 +314,9 @@ class RunLoop:
     def _start_sync(self) -> _Start:
         agent, alias, now = self.agent, self.alias, timezone.now()
         with transaction.atomic(using=alias):
-            self.user = resolve_user(self.user_ref, alias)
-            session = load_owned_session(self.session_id, self.user, alias, lock=True)
+            session = self._load_for_run()
             if session is None:
+                self.user = resolve_user(self.user_ref, alias)
                 session = ChatSession.objects.using(alias).create(
                     session_id=self.session_id, owner=self.user, kind=agent.kind, component_id=agent.id,
                     metadata=agent.metadata or {}, created_at=now, last_activity_at=now,
@@ -347,13 +347,33 @@ class RunLoop:
             system = self._system_message(start)
             first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
             first.append(ChatMessage(role=Role.USER, content=self.input))
-            session.last_seq = self._insert_messages(session, run, first, session.last_seq, now)
+            session.last_seq = self.last_seq = self._insert_messages(session.pk, run.pk, first, session.last_seq, now)
             self.output.messages = first[:-1] + history + first[-1:]
             session.lease_token = self.lease_token
             session.lease_expires_at = now + timedelta(seconds=LEASE_SECONDS)
             session.last_activity_at = now
             session.save(update_fields=["lease_token", "lease_expires_at", "last_activity_at", "last_seq"])
         return start
+
+    def _load_for_run(self) -> ChatSession | None:
+        """The session row, locked, with its owner in the same query; refuses anyone but the owner."""
+        session = (ChatSession.objects.using(self.alias).select_for_update(of=("self",)).select_related("owner")
+                   .filter(session_id=self.session_id).first())
+        if session is None:
+            return None
+        owner, ref = session.owner, self.user_ref
+        if hasattr(ref, "get_username") and not ref.is_authenticated:
+            ref = None
+        if ref is None or ref == "":
+            allowed = owner is None
+        elif hasattr(ref, "get_username"):
+            allowed = owner is not None and owner.pk == ref.pk
+        else:
+            allowed = owner is not None and owner.get_username() == str(ref)
+        if not allowed:
+            raise SessionOwnershipError(self.session_id, self.user_id)
+        self.user = owner
+        return session
 
     def _merge_state(self, start: _Start, stored: dict) -> None:
         """defaults < stored < run-supplied, each step recorded as its own change."""
@@ -411,13 +431,13 @@ class RunLoop:
             )
         return text.strip()
 
-    def _insert_messages(self, session: ChatSession, run: Run, messages: list[ChatMessage], last_seq: int, now) -> int:
+    def _insert_messages(self, session_pk: int, run_pk: int, messages: list[ChatMessage], last_seq: int, now) -> int:
         rows = []
         for message in messages:
             last_seq += 1
             message.seq, message.created_at, message.run_id = last_seq, now, self.run_id
             rows.append(Message(
-                session=session, run=run, seq=last_seq, role=message.role, content=message.content or "",
+                session_id=session_pk, run_id=run_pk, seq=last_seq, role=message.role, content=message.content or "",
                 tool_calls=message.tool_calls, tool_call_id=message.tool_call_id, tool_name=message.tool_name,
                 tool_error=message.tool_error, created_at=now,
             ))
@@ -619,40 +639,60 @@ class RunLoop:
         _notify_lease_released(self.start.session_pk)
 
     def _finish_sync(self, status, error, final_state, messages) -> tuple[dict, int]:
-        now, alias = timezone.now(), self.alias
+        now, alias, session_pk = timezone.now(), self.alias, self.start.session_pk
+        changes = list(self.start.changes) + self.changes if final_state is not None else []
         with transaction.atomic(using=alias):
-            session = ChatSession.objects.using(alias).select_for_update().get(pk=self.start.session_pk)
-            changes = list(self.start.changes) + self.changes if final_state is not None else []
+            # The usual case in one statement: this run still holds the lease (so it knows last_seq) and
+            # nobody changed the state meanwhile (so its changes apply as they are).
+            fields = {"last_activity_at": now, "lease_token": "", "lease_expires_at": None,
+                      "last_seq": self.last_seq + len(messages)}
             if final_state is not None:
-                final_json = state_module.to_json(final_state)
-                if session.state_version != self.start.base_version:
-                    # Someone changed the state during the run (a manual edit): replay our changes on theirs.
-                    final_json, changes = self._rebase(session.session_state, changes)
-                version = session.state_version
-                rows = []
-                for patch, inverse, source in changes:
-                    version += 1
-                    rows.append(StateChange(session=session, run_id=self.start.run_pk, version=version,
-                                            patch=patch, inverse=inverse, source=source, created_at=now))
-                StateChange.objects.using(alias).bulk_create(rows)
-                session.session_state, session.state_version = final_json, version
-            run = Run(pk=self.start.run_pk, session=session)
-            session.last_seq = self._insert_messages(session, run, messages, session.last_seq, now)
-            content = self.output.content
-            if isinstance(content, pydantic.BaseModel):
-                content = content.model_dump_json()
-            Run.objects.using(alias).filter(pk=self.start.run_pk).update(
-                status=status, content=content if isinstance(content, str) else json.dumps(content, default=str),
-                content_type=self.output.content_type, error=error, metrics=self.output.metrics,
-                state_version=session.state_version, finished_at=now,
-            )
-            fields = ["session_state", "state_version", "last_seq", "last_activity_at"]
-            session.last_activity_at = now
-            if session.lease_token == self.lease_token:
-                session.lease_token, session.lease_expires_at = "", None
-                fields += ["lease_token", "lease_expires_at"]
-            session.save(update_fields=fields)
-        return session.session_state, session.state_version
+                state, version = state_module.to_json(final_state), self.start.base_version + len(changes)
+                fields.update(session_state=state, state_version=version)
+            else:
+                state, version = self.start.base_state, self.start.base_version
+            updated = ChatSession.objects.using(alias).filter(
+                pk=session_pk, lease_token=self.lease_token, state_version=self.start.base_version,
+            ).update(**fields)
+            if not updated:
+                state, version, changes, last_seq = self._finish_contended(final_state, changes, messages, now)
+            else:
+                last_seq = self.last_seq
+            self._write_rows(status, error, changes, version - len(changes), messages, last_seq, now, version)
+        return state, version
+
+    def _finish_contended(self, final_state, changes, messages, now):
+        """The lease was lost or the state was edited during the run: lock the row and merge onto it."""
+        session = ChatSession.objects.using(self.alias).select_for_update().get(pk=self.start.session_pk)
+        state, version = session.session_state, session.state_version
+        if final_state is not None:
+            # Someone changed the state during the run (a manual edit): replay our changes on theirs.
+            state, changes = self._rebase(session.session_state, changes)
+            version += len(changes)
+        fields = {"session_state": state, "state_version": version, "last_activity_at": now,
+                  "last_seq": session.last_seq + len(messages)}
+        if session.lease_token == self.lease_token:
+            fields.update(lease_token="", lease_expires_at=None)
+        ChatSession.objects.using(self.alias).filter(pk=session.pk).update(**fields)
+        return state, version, changes, session.last_seq
+
+    def _write_rows(self, status, error, changes, first_version, messages, last_seq, now, state_version) -> None:
+        """The run's outcome, its state changes and its new messages (inside the finish transaction)."""
+        alias, session_pk, run_pk = self.alias, self.start.session_pk, self.start.run_pk
+        StateChange.objects.using(alias).bulk_create([
+            StateChange(session_id=session_pk, run_id=run_pk, version=first_version + number, patch=patch,
+                        inverse=inverse, source=source, created_at=now)
+            for number, (patch, inverse, source) in enumerate(changes, start=1)
+        ])
+        self._insert_messages(session_pk, run_pk, messages, last_seq, now)
+        content = self.output.content
+        if isinstance(content, pydantic.BaseModel):
+            content = content.model_dump_json()
+        Run.objects.using(alias).filter(pk=run_pk).update(
+            status=status, content=content if isinstance(content, str) else json.dumps(content, default=str),
+            content_type=self.output.content_type, error=error, metrics=self.output.metrics,
+            state_version=state_version, finished_at=now,
+        )
 
     @staticmethod
     def _rebase(current: dict, changes: list) -> tuple[dict, list]:
