@@ -147,10 +147,37 @@
     markCurrent();
     armToasts();
   });
+  // A link to one run (a search hit: /s/<id>/#run-<run_id>) scrolls to it, loading earlier pages of
+  // the transcript until it is there (at most 100 pages).
+  var runPagesLoaded = 0, revealing = false;
+  function revealLinkedRun() {
+    var match = /^#(run-[\w-]+)$/.exec(window.location.hash);
+    revealing = false;
+    if (!match) return false;
+    var run = document.getElementById(match[1]);
+    if (run) {
+      run.scrollIntoView({block: "center"});
+      run.classList.add("linked");
+      return true;
+    }
+    var earlier = document.querySelector("#transcript .load-earlier a");
+    if (earlier && runPagesLoaded < 100) {
+      runPagesLoaded += 1;
+      revealing = true;
+      htmx.trigger(earlier, "click");
+    }
+    return true;
+  }
+  document.addEventListener("htmx:afterSettle", function () {
+    if (revealing) revealLinkedRun();
+  });
+  window.addEventListener("hashchange", function () { runPagesLoaded = 0; revealLinkedRun(); });
+
   document.addEventListener("DOMContentLoaded", function () {
     markCurrent();
     armToasts();
     var transcript = document.getElementById("transcript");
+    if (revealLinkedRun()) return;
     if (transcript) transcript.scrollTop = transcript.scrollHeight;  // open at the newest message
   });
 })();

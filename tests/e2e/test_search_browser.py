@@ -42,3 +42,21 @@ def test_search_finds_titles_then_messages_and_opens_the_matching_run(page, daph
     hit.first.locator("a").click()
     expect(page).to_have_url(re.compile(rf"/s/{trip.session_id}/#run-{run.run_id}$"))
     expect(page.locator(f"#run-{run.run_id}")).to_be_visible()
+
+
+def test_a_hit_in_an_old_run_loads_earlier_pages_until_the_run_is_shown(page, daphne_server):
+    alice = make_user("alice")
+    long_chat = make_session(alice, component_id="general", name="Long chat", name_source="user")
+    old = make_run(long_chat, "the zeppelin question", "An old answer.")
+    for index in range(120):  # more than two pages of the transcript after it
+        make_run(long_chat, f"question {index}", f"answer {index}")
+    log_in(page.context, daphne_server.url, alice)
+    page.goto(f"{daphne_server.url}/s/{long_chat.session_id}/")
+    expect(page.locator(f"#run-{old.run_id}")).to_have_count(0)  # not on the first page
+
+    page.locator("#session-filter").fill("zeppelin")
+    page.locator("#session-filter-results .message-hit a").first.click()
+    linked = page.locator(f"#run-{old.run_id}")
+    expect(linked).to_be_visible()
+    expect(linked).to_have_class(re.compile(r"\blinked\b"))
+    expect(linked).to_be_in_viewport()
