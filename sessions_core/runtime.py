@@ -233,11 +233,7 @@ class RunLoop:
     async def events(self) -> AsyncIterator[BaseRunEvent]:
         """Every event of the run, in Agno's order. The run's outcome ends up in `self.output`."""
         start = await self._acquire()
-        self.start = start
-        self.started = time.perf_counter()
-        self.checkpoint_due = self.started + CHECKPOINT_SECONDS
-        self.working = {**start.state, **self._injected()}
-        self.loop = asyncio.get_running_loop()
+        self._begin(start)
         with _registry_lock:
             _running[self.run_id] = self
         heartbeat = asyncio.ensure_future(self._heartbeat(start.session_pk))
@@ -302,10 +298,27 @@ class RunLoop:
 
     # -- start ------------------------------------------------------------------------------------
 
+    def _begin(self, start: _Start) -> None:
+        self.start = start
+        self.started = time.perf_counter()
+        self.checkpoint_due = self.started + CHECKPOINT_SECONDS
+        self.working = {**start.state, **self._injected()}
+        self.loop = asyncio.get_running_loop()
+
     async def _acquire(self) -> _Start:
         delay = 0.005
         while True:
-            start = await call_sync(self._start_sync)
+            attempt = asyncio.ensure_future(call_sync(self._start_sync))
+            try:
+                start = await asyncio.shield(attempt)
+            except asyncio.CancelledError:
+                # The start step goes on in its thread: if it took the lease, end the run it began now
+                # rather than leave it "running" until the lease expires.
+                start = await attempt
+                if not start.busy:
+                    self._begin(start)
+                    await self._finish(RunStatus.CANCELLED, "")
+                raise
             if not start.busy:
                 return start
             await _wait_for_lease(start.session_pk, delay)
@@ -377,7 +390,7 @@ class RunLoop:
 
     def _merge_state(self, start: _Start, stored: dict) -> None:
         """defaults < stored < run-supplied, each step recorded as its own change."""
-        agent, opts = self.agent, self.options
+        agent = self.agent
         try:
             with_defaults = state_module.to_json(state_module.merge_state(agent.session_state, stored, None))
             merged = state_module.to_json(state_module.merge_state(
@@ -606,14 +619,25 @@ class RunLoop:
             raise _Cancelled()
 
     async def _heartbeat(self, session_pk: int) -> None:
-        def renew():
-            ChatSession.objects.using(self.alias).filter(pk=session_pk, lease_token=self.lease_token).update(
-                lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS)
-            )
+        """Every second: hear about a stop asked from another process (even while waiting for the
+        model's first token or inside a tool); every HEARTBEAT_SECONDS: renew the lease."""
 
+        def beat(renew: bool) -> bool:
+            if renew:
+                ChatSession.objects.using(self.alias).filter(pk=session_pk, lease_token=self.lease_token).update(
+                    lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS)
+                )
+            return Run.objects.using(self.alias).filter(pk=self.start.run_pk, cancel_requested=True).exists()
+
+        renewed = time.monotonic()
         while True:
-            await asyncio.sleep(HEARTBEAT_SECONDS)
-            await call_sync(renew)
+            await asyncio.sleep(CHECKPOINT_SECONDS)
+            renew = time.monotonic() - renewed >= HEARTBEAT_SECONDS
+            if renew:
+                renewed = time.monotonic()
+            if await call_sync(beat, renew):
+                request_cancel(self.run_id)
+                return
 
     # -- finish -----------------------------------------------------------------------------------
 

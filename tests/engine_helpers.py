@@ -15,19 +15,16 @@ from django.utils import timezone
 
 from sessions_core import Agent, RunEvent
 from sessions_core.models import ChatSession, Message, Run, RunStatus, StateChange
-from tests.llm_server import Text, ToolCalls, _Handler
+from tests.llm_server import Text, ToolCalls
 
 
 class EngineTestMixin:
     """Gives a test class `self.llm` (the test server) and `self.model` (an OpenAIChat pointed at it)."""
 
     @pytest.fixture(autouse=True)
-    def _engine_fixtures(self, llm_server, openai_model, monkeypatch):
+    def _engine_fixtures(self, llm_server, openai_model):
         self.llm = llm_server
         self.model = openai_model
-        # The test server writes each SSE chunk separately; with Nagle's algorithm on, every streamed
-        # model call stalls ~40 ms on delayed ACKs. TCP_NODELAY makes a model call take ~3 ms.
-        monkeypatch.setattr(_Handler, "disable_nagle_algorithm", True)
 
     def agent(self, **options) -> Agent:
         options.setdefault("name", "Tester")

@@ -1,6 +1,7 @@
 """Errors (SPEC Part 1, items 5 and 13): model failures, non-JSON state, accessor errors, cancellation and
 stale leases. A failed run is kept, with its user message, and the stored state stays as it was."""
 
+import asyncio
 import datetime
 import decimal
 import threading
@@ -339,6 +340,56 @@ class TestCancellationAcrossThreads(EngineTestMixin, TransactionTestCase):
 
         assert (output.status, output.content) == ("cancelled", "Slow ")
         assert Run.objects.get().status == "cancelled"
+
+
+    def test_a_stop_flagged_by_another_process_lands_while_waiting_for_the_first_token(self):
+        """Another process can only set Run.cancel_requested; the run hears it within a second or so."""
+        agent = self.agent()
+
+        def flag_once_waiting():
+            try:
+                assert self.llm.wait_for_requests(1)
+                assert Run.objects.filter(status="running").update(cancel_requested=True) == 1
+            finally:
+                connection.close()
+
+        self.llm.add(Hang(10))
+        flagger = threading.Thread(target=flag_once_waiting)
+        flagger.start()
+        output = agent.run("slow", session_id="s")
+        flagger.join()
+        assert (output.status, output.content) == ("cancelled", f"Run {output.run_id} was cancelled")
+        assert ChatSession.objects.get(session_id="s").lease_token == ""
+
+    async def test_a_task_cancelled_during_the_start_step_ends_the_run_it_began(self):
+        from asgiref.sync import sync_to_async
+
+        from sessions_core import runtime
+
+        agent = self.agent()
+        entered, release = threading.Event(), threading.Event()
+        original = runtime.RunLoop._start_sync
+
+        def slow_start(loop):
+            entered.set()
+            release.wait(10)
+            return original(loop)
+
+        runtime.RunLoop._start_sync = slow_start
+        try:
+            task = asyncio.ensure_future(agent.arun("hello", session_id="s"))
+            assert await asyncio.to_thread(entered.wait, 10)
+            task.cancel()
+            release.set()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+        finally:
+            runtime.RunLoop._start_sync = original
+        run = await Run.objects.aget()
+        session = await ChatSession.objects.aget(session_id="s")
+        assert run.status == "cancelled" and session.lease_token == ""
+        assert await sync_to_async(lambda: list(Message.objects.values_list("role", flat=True)))() == ["user"]
+        assert self.llm.requests == []  # the model was never called
 
 
 class TestStaleLease(EngineTestMixin, TestCase):
