@@ -15,3 +15,14 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     # Sync Playwright keeps an event loop running in the main thread once started: browser tests go last.
     items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_worker_connections(django_db_setup):
+    """Async code does its ORM work on asgiref's worker thread, whose connection would otherwise stay
+    open and keep PostgreSQL from dropping the test database at the end."""
+    yield
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=10)
