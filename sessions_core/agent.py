@@ -255,26 +255,18 @@ class Agent:
     def print_response(self, input: str, *, stream: bool | None = None, **kwargs) -> None:
         if stream or (stream is None and self.stream):
             for event in self.run(input, stream=True, **kwargs):
-                if event.event == RunEvent.run_content:
-                    print(event.content, end="", flush=True)
-                elif event.event == RunEvent.run_error:
-                    print(f"\n[error] {event.content}")
+                _print_event(event)
             print()
         else:
-            output = self.run(input, **kwargs)
-            print(output.content if output.status != RunStatus.ERROR else f"[error] {output.error}")
+            _print_output(self.run(input, **kwargs))
 
     async def aprint_response(self, input: str, *, stream: bool | None = None, **kwargs) -> None:
         if stream or (stream is None and self.stream):
             async for event in self.arun(input, stream=True, **kwargs):
-                if event.event == RunEvent.run_content:
-                    print(event.content, end="", flush=True)
-                elif event.event == RunEvent.run_error:
-                    print(f"\n[error] {event.content}")
+                _print_event(event)
             print()
         else:
-            output = await self.arun(input, **kwargs)
-            print(output.content if output.status != RunStatus.ERROR else f"[error] {output.error}")
+            _print_output(await self.arun(input, **kwargs))
 
     @staticmethod
     def cancel_run(run_id: str) -> bool:
@@ -465,6 +457,17 @@ class Agent:
 
     def get_sessions(self, user_id=None, limit: int | None = None) -> list[AgentSession]:
         return run_sync(lambda: self.aget_sessions(user_id, limit))
+
+
+def _print_event(event) -> None:
+    if event.event == RunEvent.run_content:
+        print(event.content, end="", flush=True)
+    elif event.event == RunEvent.run_error:
+        print(f"\n[error] {event.content}")
+
+
+def _print_output(output: RunOutput) -> None:
+    print(output.content if output.status != RunStatus.ERROR else f"[error] {output.error}")
 
 
 def apply_state_change(session: ChatSession, new_state: dict, source: str, alias: str, run=None) -> dict:

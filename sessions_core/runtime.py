@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from . import history as history_module
@@ -327,14 +327,8 @@ class RunLoop:
     def _start_sync(self) -> _Start:
         agent, alias, now = self.agent, self.alias, timezone.now()
         with transaction.atomic(using=alias):
-            session = self._load_for_run()
-            if session is None:
-                self.user = resolve_user(self.user_ref, alias)
-                session = ChatSession.objects.using(alias).create(
-                    session_id=self.session_id, owner=self.user, kind=agent.kind, component_id=agent.id,
-                    metadata=agent.metadata or {}, created_at=now, last_activity_at=now,
-                )
-            elif session.lease_token and session.lease_expires_at and session.lease_expires_at > now:
+            session = self._load_for_run() or self._create_session(now)
+            if session.lease_token and session.lease_expires_at and session.lease_expires_at > now:
                 return _Start(busy=True, session_pk=session.pk)
             elif session.lease_token:
                 # The process that held the lease stopped renewing it: its run is over.
@@ -367,6 +361,19 @@ class RunLoop:
             session.last_activity_at = now
             session.save(update_fields=["lease_token", "lease_expires_at", "last_activity_at", "last_seq"])
         return start
+
+    def _create_session(self, now) -> ChatSession:
+        """A new session for this run; if another run created it a moment ago, that one (checked and locked)."""
+        agent = self.agent
+        self.user = resolve_user(self.user_ref, self.alias)
+        try:
+            with transaction.atomic(using=self.alias):  # a savepoint: a lost race rolls back only this
+                return ChatSession.objects.using(self.alias).create(
+                    session_id=self.session_id, owner=self.user, kind=agent.kind, component_id=agent.id,
+                    metadata=agent.metadata or {}, created_at=now, last_activity_at=now,
+                )
+        except IntegrityError:
+            return self._load_for_run()
 
     def _load_for_run(self) -> ChatSession | None:
         """The session row, locked, with its owner in the same query; refuses anyone but the owner."""

@@ -2,7 +2,6 @@
 real one-line commands on the offline model in subprocesses."""
 
 import ast
-import importlib
 import json
 import os
 import subprocess
@@ -12,29 +11,10 @@ from pathlib import Path
 import pytest
 
 from sessions_core.models import ChatSession, Run
+from tests.example_support import ROOT, example, served  # noqa: F401  (fixture)
 from tests.llm_server import Text, ToolCalls
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-
 pytestmark = pytest.mark.django_db
-
-
-def example(name: str):
-    """Import examples/<name>.py as the scripts see it (with examples/ on sys.path for `_model`)."""
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    return importlib.import_module(name)
-
-
-@pytest.fixture
-def served(llm_server, settings):
-    """default_model() (the examples' model line) now returns OpenAIChat pointed at the test server."""
-    settings.OPENAI_BASE_URL = llm_server.base_url
-    settings.OPENAI_API_KEY = "test"
-    settings.OPENAI_MODEL = "test-model"
-    settings.OPENAI_MAX_RETRIES = 0
-    return llm_server
 
 
 def plan(turns: dict[str, list[tuple[str, dict]]], reply: str = "Done."):

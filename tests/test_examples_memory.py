@@ -2,35 +2,17 @@
 and two of them as real one-line commands on the offline model."""
 
 import asyncio
-import importlib
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from tests.example_support import ROOT, example, served  # noqa: F401  (fixture)
 from tests.llm_server import Text, ToolCalls
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
-
 pytestmark = pytest.mark.django_db
-
-
-def example(name):
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    return importlib.import_module(name)
-
-
-@pytest.fixture
-def served(llm_server, settings):
-    settings.OPENAI_BASE_URL = llm_server.base_url
-    settings.OPENAI_API_KEY = "test"
-    settings.OPENAI_MODEL = "test-model"
-    return llm_server
 
 
 def last_user(body):

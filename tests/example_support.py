@@ -1,0 +1,27 @@
+"""Shared by the example tests: import an example as its script sees it, and point it at the test server."""
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def example(name: str):
+    """Import examples/<name>.py as the scripts see it (with examples/ on sys.path for `_model`)."""
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    return importlib.import_module(name)
+
+
+@pytest.fixture
+def served(llm_server, settings):
+    """default_model() (the examples' model line) now returns OpenAIChat pointed at the test server."""
+    settings.OPENAI_BASE_URL = llm_server.base_url
+    settings.OPENAI_API_KEY = "test"
+    settings.OPENAI_MODEL = "test-model"
+    settings.OPENAI_MAX_RETRIES = 0
+    return llm_server
