@@ -2,7 +2,8 @@ import os
 
 import pytest
 
-from tests.llm_server import llm_server, llm_server_session, openai_model  # noqa: F401  (fixtures)
+from tests.example_support import served  # noqa: F401  (fixtures)
+from tests.llm_server import llm_server, llm_server_session, openai_model  # noqa: F401
 
 
 def pytest_configure(config):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sessions_core.models import ChatSession, Run
-from tests.example_support import ROOT, example, served  # noqa: F401  (fixture)
+from tests.example_support import ROOT, example
 from tests.llm_server import Text, ToolCalls
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.example_support import ROOT, example, served  # noqa: F401  (fixture)
+from tests.example_support import ROOT, example
 from tests.llm_server import Text, ToolCalls
 
 pytestmark = pytest.mark.django_db
