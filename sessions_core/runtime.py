@@ -516,8 +516,6 @@ class RunLoop:
             for call in calls:
                 async for event in self._run_tool(call, functions, run_context, wire, stream_events):
                     yield event
-            # A tool may rebind run_context.session_state to a new dict: that dict is the state now.
-            self.working = run_context.session_state
         raise ModelError(f"The model kept calling tools after {MAX_MODEL_CALLS} requests; the run was stopped.")
 
     def _response_format(self) -> dict | None:
@@ -552,8 +550,8 @@ class RunLoop:
             error = None if function else f"Error: there is no tool named {call.name!r}."
         execution.tool_args = args
         if stream_events:
-            yield self._event(ToolCallStartedEvent, tool=ToolExecution(**{**execution.to_dict()}))
-        before = state_module.to_json(state_module.strip_injected(self.working))
+            yield self._event(ToolCallStartedEvent, tool=ToolExecution(**execution.to_dict()))
+        before = state_module.to_json(state_module.strip_injected(run_context.session_state))
         elapsed = timed()
         if error is None:
             try:
@@ -570,8 +568,9 @@ class RunLoop:
         if stream_events:
             yield self._event(ToolCallCompletedEvent, tool=ToolExecution(**execution.to_dict()),
                               content=f"{call.name}() completed in {execution.metrics['duration']:.4f}s.")
-        after_state = run_context.session_state
-        after = state_module.to_json(state_module.strip_injected(after_state))  # raises on a non-JSON value
+        # A tool may rebind run_context.session_state to a new dict: that dict is the state now.
+        self.working = run_context.session_state
+        after = state_module.to_json(state_module.strip_injected(self.working))  # raises on a non-JSON value
         if after != before:
             patch, inverse = state_module.diff(before, after)
             agentic = call.name == "update_session_state" and self.agent.enable_agentic_state
