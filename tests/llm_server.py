@@ -164,6 +164,19 @@ def summary_responder(body: dict):
     return Text(json.dumps({"summary": "A conversation.", "topics": ["test"]})) if is_summary_request(body) else None
 
 
+def is_title_request(body: dict) -> bool:
+    messages = body.get("messages") or [{}]
+    return "at most five words" in (messages[0].get("content") or "")
+
+
+def background_responder(body: dict):
+    """A side responder for browser tests: summaries and titles (background jobs that may outlive the
+    test that started them) are answered aside, so they never take a later test's scripted replies."""
+    if is_title_request(body):
+        return Text("A generated title")
+    return summary_responder(body)
+
+
 def default_responder(body: dict) -> Text:
     """Answer "Done." after a tool result and "ok" otherwise."""
     messages = body.get("messages") or [{}]

@@ -20,7 +20,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from tests.llm_server import summary_responder
+from tests.llm_server import background_responder
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 SCREENSHOTS = BASE_DIR / "artifacts" / "screenshots"
@@ -45,9 +45,9 @@ def _database_before_browser(django_db_setup):
 
 @pytest.fixture(autouse=True)
 def _summaries_answered_aside(llm_server):
-    """The general assistant asks for a summary after each reply: answer those aside, so each test's
-    scripted replies go to the requests they are meant for."""
-    llm_server.side_responder = summary_responder
+    """Summaries and titles are made in the background and may outlive the test that started them:
+    answer them aside, so each test's scripted replies go to the requests they are meant for."""
+    llm_server.side_responder = background_responder
 
 
 def _free_port() -> int:

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 from sessions_core.models import ChatSession, RunStatus
 from tests.e2e.conftest import log_in
 from tests.factories import make_run, make_session, make_user
-from tests.llm_server import Error, Text, ToolCalls
+from tests.llm_server import Error, Text, ToolCalls, summary_responder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=10_000)
@@ -41,6 +41,7 @@ def test_a_shopping_list_reply_streams_and_the_state_panel_updates_live(page, br
                                                                        screenshots):
     make_user("alice", "pw-alice-123")
     hold = threading.Event()
+    llm_server.side_responder = summary_responder  # this test scripts the title itself
     llm_server.add(
         ToolCalls([("add_item", {"item": "milk"}), ("add_item", {"item": "eggs"})]),
         Text("I added **milk** and **eggs** to your shopping list. Anything else?", wait_event=hold),
