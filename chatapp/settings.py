@@ -79,6 +79,10 @@ try:
     DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
 except (ValueError, KeyError, environ.ImproperlyConfigured) as exc:
     raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from exc
+if "." not in DATABASES["default"].get("ENGINE", ""):  # a scheme django-environ does not know
+    raise ImproperlyConfigured(
+        "DATABASE_URL names no database Django knows; use sqlite:///path or postgres://user:pw@host:port/name"
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE transactions take the write lock up front, so two writers queue instead of
     # deadlocking on a lock upgrade; the timeout is how long a writer waits for its turn.
