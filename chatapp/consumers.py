@@ -193,11 +193,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if first.get("reconnect") or live.queued(pk):
             await self.send(text_data=live.queue_html(pk))
         if first.get("reconnect"):
-            await self.send(text_data=await live.state_panel_html(pk))
+            await self.send(text_data=await live.state_panel_html(self.session))
         if current is not None:
             await self.send(text_data=await live.live_run_html(current, text, append=append))
             self.offsets[current.run_id] = len(text)
-        elif await live.running_elsewhere(pk):
+        elif await live.running_elsewhere(self.session):
             run = await Run.objects.filter(session_id=pk, status=RunStatus.RUNNING).order_by("-pk").afirst()
             if run is not None:
                 self.waiting_sync = run.run_id

@@ -186,9 +186,9 @@ def _render_state(session: ChatSession, changed_keys) -> str:
     return oob(rendering.render_state_panel(session, changed_keys))
 
 
-def _render_row(session_pk: int, to_top: bool) -> str:
+def _render_row(session_pk: int, owner_pk: int | None, to_top: bool) -> str:
     """The session's sidebar row, replaced in place or moved to the top of its group."""
-    session = ChatSession.objects.get(pk=session_pk)
+    session = ChatSession.objects.for_user(owner_pk).get(pk=session_pk)
     if to_top:
         return rendering.render_session_item_to_top(session)
     return rendering.render_session_item(session, oob="true")
@@ -208,7 +208,7 @@ async def _to_user(user_pk: int | None, html: str) -> None:
 
 async def push_session_row(session_pk: int, owner_pk: int | None, to_top: bool = False) -> None:
     """The session's sidebar row, re-rendered, to every tab of its owner."""
-    await _to_user(owner_pk, await sync_to_async(_render_row)(session_pk, to_top))
+    await _to_user(owner_pk, await sync_to_async(_render_row)(session_pk, owner_pk, to_top))
 
 
 # --- submitting --------------------------------------------------------------------------------------
@@ -229,7 +229,7 @@ async def _set_fallback_title(session: ChatSession, text: str) -> bool:
     title = fallback_title(text)
     if not title:
         return False
-    updated = await ChatSession.objects.filter(pk=session.pk, name="").aupdate(
+    updated = await ChatSession.objects.for_user(session.owner_id).filter(pk=session.pk, name="").aupdate(
         name=title, name_source=NameSource.FALLBACK
     )
     if updated:
@@ -237,10 +237,11 @@ async def _set_fallback_title(session: ChatSession, text: str) -> bool:
     return bool(updated)
 
 
-async def running_elsewhere(session_pk: int) -> bool:
+async def running_elsewhere(session: ChatSession) -> bool:
     """A run holds the session's lease (in another process, or just starting here)."""
     now = timezone.now()
-    return await ChatSession.objects.filter(pk=session_pk, lease_expires_at__gt=now).aexists()
+    sessions = ChatSession.objects.for_user(session.owner_id)
+    return await sessions.filter(pk=session.pk, lease_expires_at__gt=now).aexists()
 
 
 async def submit(session: ChatSession, user, text: str) -> Pending:
@@ -249,7 +250,7 @@ async def submit(session: ChatSession, user, text: str) -> Pending:
     if runner is None:
         runner = _runners[session.pk] = SessionRunner(session.pk, session.owner_id)
     item = Pending(text=text, user=user)
-    must_wait = runner.busy or bool(runner.pending) or await running_elsewhere(session.pk)
+    must_wait = runner.busy or bool(runner.pending) or await running_elsewhere(session)
     runner.pending.append(item)
     if not session.name and await _set_fallback_title(session, text):
         await push_session_row(session.pk, session.owner_id, to_top=True)
@@ -382,7 +383,7 @@ _FLUSH = object()  # queued by the batch timer: send the text gathered so far
 async def _run_one(runner: SessionRunner, item: Pending) -> None:
     pk = runner.session_pk
     await aclose_old_connections()  # a long-lived server: drop connections that went stale while idle
-    session = await ChatSession.objects.filter(pk=pk).afirst()
+    session = await ChatSession.objects.for_user(runner.owner_pk).filter(pk=pk).afirst()
     if session is None:
         return
     try:
@@ -462,7 +463,7 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
                 done = True
             elif kind == RunEvent.session_summary_completed:
                 # The summary is made after the reply is complete; the panel shows it when it lands.
-                await _to_session(pk, await sync_to_async(_state_panel)(pk))
+                await _to_session(pk, await sync_to_async(_state_panel)(pk, runner.owner_pk))
         if live is not None and not done:  # the stream ended without a final event: show what is stored
             done = True
             await _finished(runner, item, live)
@@ -534,18 +535,18 @@ _STATUS_NOTES = {
 }
 
 
-def _render_finished(live: LiveRun) -> tuple[str, ChatSession, str]:
+def _render_finished(live: LiveRun, owner_pk: int | None) -> tuple[str, ChatSession, str]:
     """The finished run from the database plus the state panel as stored now (a failed run's
     mid-run state changes were not kept, so the panel must show the stored state again)."""
     run = Run.objects.get(run_id=live.run_id)
-    session = ChatSession.objects.get(pk=run.session_id)
+    session = ChatSession.objects.for_user(owner_pk).get(pk=run.session_id)
     html = oob(rendering.render_run(run)) + oob(rendering.render_state_panel(session, live.changed_keys))
     return html, session, run.status
 
 
 async def _finished(runner: SessionRunner, item: Pending, live: LiveRun) -> None:
     pk = runner.session_pk
-    html, session, status = await sync_to_async(_render_finished)(live)
+    html, session, status = await sync_to_async(_render_finished)(live, runner.owner_pk)
     runner.current = None
     note, kind = _STATUS_NOTES.get(status, ("Reply finished.", "info"))
     await asend_to_session(pk, "chat.run_done", run_id=live.run_id, html=html + status_html(note, kind))
@@ -590,12 +591,12 @@ async def missed_html(session_pk: int, last_run: str | None, running: str = "", 
     return await sync_to_async(_missed)(session_pk, last_run, running, skip)
 
 
-def _state_panel(session_pk: int) -> str:
-    return oob(rendering.render_state_panel(ChatSession.objects.get(pk=session_pk)))
+def _state_panel(session_pk: int, owner_pk: int | None) -> str:
+    return oob(rendering.render_state_panel(ChatSession.objects.for_user(owner_pk).get(pk=session_pk)))
 
 
-async def state_panel_html(session_pk: int) -> str:
-    return await sync_to_async(_state_panel)(session_pk)
+async def state_panel_html(session: ChatSession) -> str:
+    return await sync_to_async(_state_panel)(session.pk, session.owner_id)
 
 
 # --- titles ---------------------------------------------------------------------------------------------
@@ -634,7 +635,9 @@ async def generate_title(session: ChatSession, user, attempts: int | None = None
 
 async def regenerate_title(session: ChatSession, user) -> bool:
     """The "Regenerate title" action: the user asked, so a title they typed may be replaced too."""
-    await ChatSession.objects.filter(pk=session.pk, name_source=NameSource.USER).aupdate(name_source=NameSource.AUTO)
+    await ChatSession.objects.for_user(session.owner_id).filter(pk=session.pk, name_source=NameSource.USER).aupdate(
+        name_source=NameSource.AUTO
+    )
     return await generate_title(session, user)
 
 

@@ -33,9 +33,13 @@ class NameSource(models.TextChoices):
 
 class ChatSessionQuerySet(models.QuerySet):
     def for_user(self, user):
-        """The one owner-scoped entry point: sessions of `user` (None means ownerless sessions)."""
-        if user is None or not getattr(user, "is_authenticated", True):
-            return self.filter(owner__isnull=True) if user is None else self.none()
+        """The one owner-scoped entry point: sessions of `user`, a User or a user's pk (None: ownerless sessions)."""
+        if user is None:
+            return self.filter(owner__isnull=True)
+        if isinstance(user, int):
+            return self.filter(owner_id=user)
+        if not user.is_authenticated:
+            return self.none()
         return self.filter(owner=user)
 
     def alive(self):
