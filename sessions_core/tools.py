@@ -11,7 +11,7 @@ import json
 import re
 import time
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -232,7 +232,3 @@ def result_text(result: Any) -> str:
 def timed() -> Callable[[], float]:
     start = time.perf_counter()
     return lambda: round(time.perf_counter() - start, 6)
-
-
-def describe(arguments: Mapping) -> str:
-    return ", ".join(f"{key}={value!r}" for key, value in arguments.items())
