@@ -40,7 +40,9 @@ Catch-up
     If a run of this session is in flight, its fragment with the whole text so far replaces
     `#run-<run_id>` (the page may hold an older checkpoint), and later text batches are cut so
     nothing is shown twice. A run owned by another process is asked for over the
-    `session.<pk>.sync` group. Query parameters sent by static/chatapp/live.js on every
+    `session.<pk>.sync` group ({"type": "chat.sync_request", "reply_channel", "session_pk"}; a stop
+    travels the same way as {"type": "chat.cancel", "run_id", "session_pk"}), which each process's
+    one listener joins for the sessions it is running. Query parameters sent by static/chatapp/live.js on every
     (re)connect add what a dropped connection missed: `last_run` (the newest run the page shows)
     brings newer runs, `running` (runs the page shows as running) brings their final form, and
     `reconnect=1` re-sends the state panel and the queue.
@@ -202,7 +204,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             if run is not None:
                 self.waiting_sync = run.run_id
                 await self.channel_layer.group_send(
-                    sync_group(pk), {"type": "chat.sync_request", "reply_channel": self.channel_name}
+                    sync_group(pk), {"type": "chat.sync_request", "reply_channel": self.channel_name, "session_pk": pk}
                 )
                 asyncio.get_running_loop().call_later(SYNC_WAIT_SECONDS, self._give_up_sync, run.run_id)
 

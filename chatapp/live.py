@@ -302,7 +302,9 @@ async def stop(session: ChatSession, run_id: str = "", queued_id: str = "") -> b
         return await _stop_here(runner, current)
     stopped = await Agent.acancel_run(run_id)
     # Owned by another process: tell it now rather than at its next checkpoint.
-    await get_channel_layer().group_send(sync_group(session.pk), {"type": "chat.cancel", "run_id": run_id})
+    await get_channel_layer().group_send(
+        sync_group(session.pk), {"type": "chat.cancel", "run_id": run_id, "session_pk": session.pk}
+    )
     return stopped
 
 
@@ -325,7 +327,10 @@ async def _stop_here(runner: SessionRunner, live: LiveRun) -> bool:
 
 
 async def _drain(runner: SessionRunner) -> None:
-    listener = asyncio.create_task(_listen(runner), name=f"chat-sync-{runner.session_pk}")
+    # While it works, the runner's session is served by this process's listener (see _listen).
+    layer, group = get_channel_layer(), sync_group(runner.session_pk)
+    channel = await _listener_channel()
+    await layer.group_add(group, channel)
     try:
         while runner.pending:
             item = runner.pending.popleft()
@@ -340,9 +345,7 @@ async def _drain(runner: SessionRunner) -> None:
             finally:
                 runner.starting, runner.current = None, None
     finally:
-        listener.cancel()
-        with suppress(asyncio.CancelledError):
-            await listener
+        await asyncio.shield(layer.group_discard(group, channel))
         task = asyncio.current_task()
         if runner.pending and not (task and task.cancelling()):
             # A message arrived while this task was closing down: it must not be left waiting.
@@ -351,16 +354,29 @@ async def _drain(runner: SessionRunner) -> None:
             del _runners[runner.session_pk]
 
 
-async def _listen(runner: SessionRunner) -> None:
-    """Answer catch-up and stop requests from sockets in other processes while this runner works."""
+# One listener per process and event loop, never cancelled: cancelling a channel layer's receive()
+# can hang (channels_redis waits out its blocking pop), which once left every session's queue stuck.
+_listener: tuple[asyncio.AbstractEventLoop, str, asyncio.Task] | None = None
+
+
+async def _listener_channel() -> str:
+    global _listener
+    loop = asyncio.get_running_loop()
+    if _listener is None or _listener[0] is not loop or _listener[2].done():
+        channel = await get_channel_layer().new_channel()
+        # Held here (not in _background, which settle() waits on): it runs as long as the loop does.
+        _listener = (loop, channel, asyncio.create_task(_listen(channel), name="chat-sync-listener"))
+    return _listener[1]
+
+
+async def _listen(channel: str) -> None:
+    """Answer catch-up and stop requests from sockets in other processes, for every runner here."""
     layer = get_channel_layer()
-    channel = await layer.new_channel()
-    group = sync_group(runner.session_pk)
-    await layer.group_add(group, channel)
-    try:
-        while True:
-            message = await layer.receive(channel)
-            live = runner.current
+    while True:
+        message = await layer.receive(channel)
+        runner = _runners.get(message.get("session_pk"))
+        live = runner.current if runner else None
+        try:
             if message.get("type") == "chat.cancel" and live and live.run_id == message.get("run_id"):
                 await _stop_here(runner, live)
             elif message.get("type") == "chat.sync_request" and live and message.get("reply_channel"):
@@ -369,8 +385,8 @@ async def _listen(runner: SessionRunner) -> None:
                 await layer.send(message["reply_channel"], {
                     "type": "chat.sync_reply", "run_id": live.run_id, "html": html, "text_len": len(text),
                 })
-    finally:
-        await asyncio.shield(layer.group_discard(group, channel))
+        except Exception:  # one bad request must not stop this process answering the others
+            logger.exception("Answering %s for session %s failed", message.get("type"), message.get("session_pk"))
 
 
 class _End:

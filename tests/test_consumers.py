@@ -416,12 +416,14 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         run_id = started_run_id(frames)
         layer = get_channel_layer()
         reply_to = await layer.new_channel()
-        await layer.group_send(sync_group(self.shopping.pk), {"type": "chat.sync_request", "reply_channel": reply_to})
+        await layer.group_send(sync_group(self.shopping.pk), {"type": "chat.sync_request", "reply_channel": reply_to,
+                                                              "session_pk": self.shopping.pk})
         answer = await layer.receive(reply_to)
         assert answer["type"] == "chat.sync_reply" and answer["run_id"] == run_id
         assert answer["text_len"] == len("one ") and f'id="reply-{run_id}">one </div>' in answer["html"]
         # A stop asked through the same group (as another process does) stops the run here.
-        await layer.group_send(sync_group(self.shopping.pk), {"type": "chat.cancel", "run_id": run_id})
+        await layer.group_send(sync_group(self.shopping.pk), {"type": "chat.cancel", "run_id": run_id,
+                                                              "session_pk": self.shopping.pk})
         await frames_until(socket, run_done("cancelled"))
         await settle()
         await socket.disconnect()
