@@ -338,7 +338,10 @@ class TestCancellationAcrossThreads(EngineTestMixin, TransactionTestCase):
             output = agent.run("slow", session_id="s")
             canceller.join()
 
-        assert (output.status, output.content) == ("cancelled", "Slow ")
+        # The stop can land before or after the engine has read the first word (the server cannot tell
+        # when the client read it); keeping a partial reply is asserted by the streamed test above.
+        assert output.status == "cancelled"
+        assert output.content in ("Slow ", f"Run {output.run_id} was cancelled")
         assert Run.objects.get().status == "cancelled"
 
 
