@@ -6,6 +6,7 @@ import datetime
 from dataclasses import dataclass
 
 from .models import Message, Role, Run, RunStatus
+from .run_sql import RunStore
 
 
 @dataclass
@@ -50,7 +51,7 @@ _HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool
 
 
 def _messages(rows, from_history: bool = False) -> list[ChatMessage]:
-    """ChatMessages from `values_list(*_HISTORY_FIELDS)` rows (no model instances: this is a hot path)."""
+    """ChatMessages from rows of `_HISTORY_FIELDS` (no model instances: this is a hot path)."""
     return [
         ChatMessage(role=role, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id, tool_name=tool_name,
                     tool_error=tool_error, from_history=from_history, seq=seq, created_at=created_at)
@@ -67,26 +68,10 @@ def history(session_pk: int, alias: str, num_runs: int | None, num_messages: int
     if num_runs is not None:
         if num_runs <= 0:
             return []
-        run_ids = (
-            Run.objects.using(alias)
-            .filter(session_id=session_pk, status=RunStatus.COMPLETED, parent_run__isnull=True)
-            .order_by("-id").values("id")[:num_runs]
-        )
-        rows = (
-            Message.objects.using(alias).filter(run_id__in=run_ids).exclude(role=Role.SYSTEM)
-            .order_by("seq").values_list(*_HISTORY_FIELDS)
-        )
-        return _messages(rows, from_history=True)
-    if not num_messages or num_messages <= 0:
+    elif not num_messages or num_messages <= 0:
         return []
-    messages = _messages(
-        Message.objects.using(alias)
-        .filter(session_id=session_pk, run__status=RunStatus.COMPLETED, run__parent_run__isnull=True)
-        .exclude(role=Role.SYSTEM).order_by("-seq").values_list(*_HISTORY_FIELDS)[:num_messages],
-        from_history=True,
-    )
-    messages.reverse()
-    while messages and messages[0].role == Role.TOOL:
+    messages = _messages(RunStore(alias).history(session_pk, num_runs, num_messages), from_history=True)
+    while num_runs is None and messages and messages[0].role == Role.TOOL:
         messages.pop(0)
     return messages
 

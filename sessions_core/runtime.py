@@ -46,7 +46,8 @@ from .events import (
 )
 from .history import ChatMessage
 from .llm import ModelChunk, ModelError
-from .models import ChatSession, Message, Role, Run, RunStatus, StateChange
+from .models import ChatSession, Role, Run, RunStatus
+from .run_sql import RunStore, SessionRow
 from .tools import RunContext, call_tool, result_text, timed
 
 if TYPE_CHECKING:
@@ -184,6 +185,7 @@ class _Start:
     base_version: int = 0
     base_state: dict = field(default_factory=dict)  # stored JSON before this run
     state: dict = field(default_factory=dict)  # merged working state, no injected keys
+    state_text: str = "{}"  # `state` as JSON text
     changes: list = field(default_factory=list)  # [(patch, inverse, source)] made by the merge
     history: list[ChatMessage] = field(default_factory=list)
     summary: dict | None = None
@@ -303,6 +305,7 @@ class RunLoop:
         self.started = time.perf_counter()
         self.checkpoint_due = self.started + CHECKPOINT_SECONDS
         self.working = {**start.state, **self._injected()}
+        self.state_text = start.state_text  # the state as of the last recorded change
         self.loop = asyncio.get_running_loop()
 
     async def _acquire(self) -> _Start:
@@ -326,91 +329,99 @@ class RunLoop:
 
     def _start_sync(self) -> _Start:
         agent, alias, now = self.agent, self.alias, timezone.now()
+        store = RunStore(alias)
         with transaction.atomic(using=alias):
-            session = self._load_for_run() or self._create_session(now)
-            if session.lease_token and session.lease_expires_at and session.lease_expires_at > now:
+            session = self._load_for_run(store, now) or self._create_session(store, now)
+            if session.lease_live:
                 return _Start(busy=True, session_pk=session.pk)
             elif session.lease_token:
                 # The process that held the lease stopped renewing it: its run is over.
-                Run.objects.using(alias).filter(session=session, status=RunStatus.RUNNING).update(
+                Run.objects.using(alias).filter(session_id=session.pk, status=RunStatus.RUNNING).update(
                     status=RunStatus.INTERRUPTED, finished_at=now,
                     error="The process running this run stopped before it finished.",
                 )
-            start = _Start(session_pk=session.pk, base_version=session.state_version,
-                           base_state=session.session_state, summary=session.summary)
-            self._merge_state(start, session.session_state)
+            start = _Start(session_pk=session.pk, base_version=session.state_version, summary=session.summary)
+            self._merge_state(start, session.state_text)
             history = []
             if self.options["add_history_to_context"]:
                 history = history_module.history(
                     session.pk, alias, self.options["num_history_runs"], self.options["num_history_messages"]
                 )
             start.history = history
-            run = Run.objects.using(alias).create(
-                run_id=self.run_id, session=session, component_id=agent.id, input=self.input,
-                model_id=self.model.id, created_at=now,
+            start.run_pk = store.insert_run(
+                run_id=self.run_id, session_pk=session.pk, component_id=agent.id, input=self.input,
+                model_id=self.model.id, now=now,
                 history_seqs=[m.seq for m in history] if self.options["store_history_messages"] else None,
             )
-            start.run_pk = run.pk
             system = self._system_message(start)
             first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
             first.append(ChatMessage(role=Role.USER, content=self.input))
-            session.last_seq = self.last_seq = self._insert_messages(session.pk, run.pk, first, session.last_seq, now)
+            self.last_seq = self._insert_messages(store, session.pk, start.run_pk, first, session.last_seq, now)
             self.output.messages = first[:-1] + history + first[-1:]
-            session.lease_token = self.lease_token
-            session.lease_expires_at = now + timedelta(seconds=LEASE_SECONDS)
-            session.last_activity_at = now
-            session.save(update_fields=["lease_token", "lease_expires_at", "last_activity_at", "last_seq"])
+            store.take_lease(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq)
         return start
 
-    def _create_session(self, now) -> ChatSession:
+    def _create_session(self, store: RunStore, now) -> SessionRow:
         """A new session for this run; if another run created it a moment ago, that one (checked and locked)."""
         agent = self.agent
         self.user = resolve_user(self.user_ref, self.alias)
         try:
             with transaction.atomic(using=self.alias):  # a savepoint: a lost race rolls back only this
-                return ChatSession.objects.using(self.alias).create(
+                session = ChatSession.objects.using(self.alias).create(
                     session_id=self.session_id, owner=self.user, kind=agent.kind, component_id=agent.id,
                     metadata=agent.metadata or {}, created_at=now, last_activity_at=now,
                 )
         except IntegrityError:
-            return self._load_for_run()
+            return self._load_for_run(store, now)
+        return SessionRow(pk=session.pk, owner_id=session.owner_id, owner_name=user_label(self.user),
+                          state_text=json.dumps(session.session_state), state_version=session.state_version,
+                          summary=None, last_seq=session.last_seq, lease_token="", lease_live=False)
 
-    def _load_for_run(self) -> ChatSession | None:
-        """The session row, locked, with its owner in the same query; refuses anyone but the owner."""
-        session = (ChatSession.objects.using(self.alias).select_for_update(of=("self",)).select_related("owner")
-                   .filter(session_id=self.session_id).first())
+    def _load_for_run(self, store: RunStore, now) -> SessionRow | None:
+        """The session row, locked, with its owner's name; refuses anyone but the owner."""
+        session = store.load_session(self.session_id, now)
         if session is None:
             return None
-        owner, ref = session.owner, self.user_ref
+        ref = self.user_ref
         if hasattr(ref, "get_username") and not ref.is_authenticated:
             ref = None
         if ref is None or ref == "":
-            allowed = owner is None
+            allowed = session.owner_id is None
         elif hasattr(ref, "get_username"):
-            allowed = owner is not None and owner.pk == ref.pk
+            allowed = session.owner_id is not None and session.owner_id == ref.pk
         else:
-            allowed = owner is not None and owner.get_username() == str(ref)
+            allowed = session.owner_id is not None and session.owner_name == str(ref)
         if not allowed:
             raise SessionOwnershipError(self.session_id, self.user_id)
-        self.user = owner
         return session
 
-    def _merge_state(self, start: _Start, stored: dict) -> None:
-        """defaults < stored < run-supplied, each step recorded as its own change."""
+    def _merge_state(self, start: _Start, stored_text: str) -> None:
+        """defaults < stored < run-supplied, each step recorded as its own change.
+
+        Every input is a fresh copy (parsed from JSON text, or converted by to_json), so nothing is
+        deep-copied here and the stored state, kept for a failed run, is never the working one.
+        """
         agent = self.agent
+        start.base_state = json.loads(stored_text)
         try:
-            with_defaults = state_module.to_json(state_module.merge_state(agent.session_state, stored, None))
-            merged = state_module.to_json(state_module.merge_state(
-                agent.session_state, stored, self.run_state, overwrite=agent.overwrite_db_session_state
-            ))
+            defaults = state_module.to_json(agent.session_state) if agent.session_state else {}
+            run_state = state_module.to_json(self.run_state) if self.run_state else None
         except state_module.StateNotJSONError as exc:
-            start.state, start.state_error = dict(stored), str(exc)
+            start.state, start.state_text, start.state_error = json.loads(stored_text), stored_text, str(exc)
             return
-        merged = state_module.strip_injected(merged)
-        for before, after, source in ((stored, with_defaults, "defaults"), (with_defaults, merged, "run_input")):
-            if before != after:
-                start.changes.append((*state_module.diff(before, after), source))
+        working = json.loads(stored_text)
+        with_defaults = state_module.merge_owned(defaults, working, None)
+        merged = state_module.strip_injected(state_module.merge_owned(
+            defaults, working, run_state, overwrite=agent.overwrite_db_session_state
+        ))
+        steps = ((start.base_state, with_defaults, "defaults"), (with_defaults, merged, "run_input"))
+        for before, after, source in steps:
+            patch, inverse = state_module.diff(before, after)
+            if patch:
+                start.changes.append((patch, inverse, source))
         start.state = merged
+        # Unchanged, the stored text serves as is (no need to encode a large state again).
+        start.state_text = state_module.dumps(merged) if start.changes else stored_text
 
     def _system_message(self, start: _Start) -> str:
         agent = self.agent
@@ -451,17 +462,15 @@ class RunLoop:
             )
         return text.strip()
 
-    def _insert_messages(self, session_pk: int, run_pk: int, messages: list[ChatMessage], last_seq: int, now) -> int:
+    def _insert_messages(self, store: RunStore, session_pk: int, run_pk: int, messages: list[ChatMessage],
+                         last_seq: int, now) -> int:
         rows = []
         for message in messages:
             last_seq += 1
             message.seq, message.created_at, message.run_id = last_seq, now, self.run_id
-            rows.append(Message(
-                session_id=session_pk, run_id=run_pk, seq=last_seq, role=message.role, content=message.content or "",
-                tool_calls=message.tool_calls, tool_call_id=message.tool_call_id, tool_name=message.tool_name,
-                tool_error=message.tool_error, created_at=now,
-            ))
-        Message.objects.using(self.alias).bulk_create(rows)
+            rows.append((session_pk, run_pk, last_seq, message.role, message.content or "", message.tool_calls,
+                         message.tool_call_id, message.tool_name, message.tool_error, now))
+        store.insert_messages(rows)
         return last_seq
 
     # -- the model loop ---------------------------------------------------------------------------
@@ -551,7 +560,6 @@ class RunLoop:
         execution.tool_args = args
         if stream_events:
             yield self._event(ToolCallStartedEvent, tool=ToolExecution(**execution.to_dict()))
-        before = state_module.to_json(state_module.strip_injected(run_context.session_state))
         elapsed = timed()
         if error is None:
             try:
@@ -570,9 +578,14 @@ class RunLoop:
                               content=f"{call.name}() completed in {execution.metrics['duration']:.4f}s.")
         # A tool may rebind run_context.session_state to a new dict: that dict is the state now.
         self.working = run_context.session_state
-        after = state_module.to_json(state_module.strip_injected(self.working))  # raises on a non-JSON value
-        if after != before:
-            patch, inverse = state_module.diff(before, after)
+        # Compared as JSON text (in C), parsed and diffed only when it changed.
+        after_text = state_module.dumps(state_module.strip_injected(self.working))  # raises on a non-JSON value
+        patch = None
+        if after_text != self.state_text:
+            after = json.loads(after_text)
+            patch, inverse = state_module.diff(json.loads(self.state_text), after)
+            self.state_text = after_text
+        if patch:
             agentic = call.name == "update_session_state" and self.agent.enable_agentic_state
             source = "agentic" if agentic else f"tool:{call.name}"
             self.changes.append((patch, inverse, source))
@@ -660,42 +673,40 @@ class RunLoop:
             out.content = error
         out.metrics["duration"] = round(time.perf_counter() - self.started, 6)
         keep_state = status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
-        final_state = state_module.strip_injected(self.working) if keep_state else None
         messages = self.new_messages
         if not self.agent.store_tool_messages:
             messages = [m for m in messages if m.role != Role.TOOL and not m.tool_calls]
-        out.session_state, out.state_version = await call_sync(self._finish_sync, status, error, final_state, messages)
+        out.session_state, out.state_version = await call_sync(self._finish_sync, status, error, keep_state, messages)
         out.messages.extend(self.new_messages)
         _notify_lease_released(self.start.session_pk)
 
-    def _finish_sync(self, status, error, final_state, messages) -> tuple[dict, int]:
+    def _finish_sync(self, status, error, keep_state, messages) -> tuple[dict, int]:
+        """Store the outcome. A failed run keeps the state as it was; otherwise the state as of the
+        run's last recorded change is stored (written only if it changed)."""
         now, alias, session_pk = timezone.now(), self.alias, self.start.session_pk
-        changes = list(self.start.changes) + self.changes if final_state is not None else []
+        store = RunStore(alias)
+        changes = list(self.start.changes) + self.changes if keep_state else []
         with transaction.atomic(using=alias):
             # The usual case in one statement: this run still holds the lease (so it knows last_seq) and
             # nobody changed the state meanwhile (so its changes apply as they are).
-            fields = {"last_activity_at": now, "lease_token": "", "lease_expires_at": None,
-                      "last_seq": self.last_seq + len(messages)}
-            if final_state is not None:
-                state, version = state_module.to_json(final_state), self.start.base_version + len(changes)
-                fields.update(session_state=state, state_version=version)
-            else:
-                state, version = self.start.base_state, self.start.base_version
-            updated = ChatSession.objects.using(alias).filter(
-                pk=session_pk, lease_token=self.lease_token, state_version=self.start.base_version,
-            ).update(**fields)
-            if not updated:
-                state, version, changes, last_seq = self._finish_contended(final_state, changes, messages, now)
-            else:
+            version = self.start.base_version + len(changes)
+            released = store.release_lease(
+                session_pk, self.lease_token, self.start.base_version, now, self.last_seq + len(messages),
+                self.state_text if changes else None, version,
+            )
+            if released:
                 last_seq = self.last_seq
-            self._write_rows(status, error, changes, version - len(changes), messages, last_seq, now, version)
+                state = json.loads(self.state_text) if changes else self.start.base_state
+            else:
+                state, version, changes, last_seq = self._finish_contended(keep_state, changes, messages, now)
+            self._write_rows(store, status, error, changes, version - len(changes), messages, last_seq, now, version)
         return state, version
 
-    def _finish_contended(self, final_state, changes, messages, now):
+    def _finish_contended(self, keep_state, changes, messages, now):
         """The lease was lost or the state was edited during the run: lock the row and merge onto it."""
         session = ChatSession.objects.using(self.alias).select_for_update().get(pk=self.start.session_pk)
         state, version = session.session_state, session.state_version
-        if final_state is not None:
+        if keep_state:
             # Someone changed the state during the run (a manual edit): replay our changes on theirs.
             state, changes = self._rebase(session.session_state, changes)
             version += len(changes)
@@ -706,22 +717,21 @@ class RunLoop:
         ChatSession.objects.using(self.alias).filter(pk=session.pk).update(**fields)
         return state, version, changes, session.last_seq
 
-    def _write_rows(self, status, error, changes, first_version, messages, last_seq, now, state_version) -> None:
+    def _write_rows(self, store, status, error, changes, first_version, messages, last_seq, now, state_version):
         """The run's outcome, its state changes and its new messages (inside the finish transaction)."""
-        alias, session_pk, run_pk = self.alias, self.start.session_pk, self.start.run_pk
-        StateChange.objects.using(alias).bulk_create([
-            StateChange(session_id=session_pk, run_id=run_pk, version=first_version + number, patch=patch,
-                        inverse=inverse, source=source, created_at=now)
+        session_pk, run_pk = self.start.session_pk, self.start.run_pk
+        store.insert_changes([
+            (session_pk, run_pk, first_version + number, patch, inverse, source, now)
             for number, (patch, inverse, source) in enumerate(changes, start=1)
         ])
-        self._insert_messages(session_pk, run_pk, messages, last_seq, now)
+        self._insert_messages(store, session_pk, run_pk, messages, last_seq, now)
         content = self.output.content
         if isinstance(content, pydantic.BaseModel):
             content = content.model_dump_json()
-        Run.objects.using(alias).filter(pk=run_pk).update(
-            status=status, content=content if isinstance(content, str) else json.dumps(content, default=str),
+        store.finish_run(
+            run_pk, status=status, content=content if isinstance(content, str) else json.dumps(content, default=str),
             content_type=self.output.content_type, error=error, metrics=self.output.metrics,
-            state_version=state_version, finished_at=now,
+            state_version=state_version, now=now,
         )
 
     @staticmethod

@@ -5,8 +5,10 @@ from __future__ import annotations
 import copy
 import datetime
 import decimal
+import itertools
 import json
 import math
+import operator
 import re
 import uuid
 from collections.abc import Mapping
@@ -51,10 +53,17 @@ def merge_state(defaults: Mapping | None, stored: Mapping | None, run_state: Map
     later reaches existing sessions. With `overwrite`, run-supplied state replaces the stored state;
     a run that supplies none leaves it as it is.
     """
+    return copy.deepcopy(merge_owned(defaults, stored, run_state, overwrite))
+
+
+def merge_owned(defaults: Mapping | None, stored: Mapping | None, run_state: Mapping | None,
+                overwrite: bool = False) -> dict:
+    """`merge_state` for inputs that are the caller's own fresh copies: nothing is copied, so the
+    result shares their values."""
     base = stored or {}
     if overwrite and run_state:
         base = {}
-    return copy.deepcopy(_merge(_merge(defaults or {}, base), run_state or {}))
+    return _merge(_merge(defaults or {}, base), run_state or {})
 
 
 def strip_injected(state: Mapping) -> dict:
@@ -66,10 +75,17 @@ def to_json(state: Mapping) -> dict:
 
     Anything else that JSON cannot hold raises StateNotJSONError naming where it sits.
     """
-    try:  # the C encoder and decoder: fast, and a fresh deep copy
-        return json.loads(json.dumps(state, default=_json_default, allow_nan=False))
+    return json.loads(dumps(state))
+
+
+def dumps(state: Mapping) -> str:
+    """`state` as JSON text, converted and checked as `to_json` does (the form a run keeps it in)."""
+    try:  # the C encoder: fast
+        return json.dumps(state, default=_json_default, allow_nan=False)
     except (TypeError, ValueError):
-        return _to_json(state, "")  # the slow walk finds the offending value and names where it sits
+        # The slow walk finds the offending value and names where it sits (or converts what the
+        # fast path could not, such as a Mapping that is not a dict holding a datetime).
+        return json.dumps(_to_json(state, ""), allow_nan=False)
 
 
 def _json_default(value):
@@ -106,8 +122,89 @@ def _to_json(value, path):
 
 
 def diff(before: Mapping, after: Mapping) -> tuple[list, list]:
-    """(patch, inverse): RFC 6902 JSON Patches from `before` to `after` and back."""
-    return (jsonpatch.make_patch(before, after).patch, jsonpatch.make_patch(after, before).patch)
+    """(patch, inverse): RFC 6902 JSON Patches from `before` to `after` and back.
+
+    Only add, remove and replace operations, descending into dicts and lists. Unchanged subtrees
+    are recognised by C-level comparisons, and a list that only grew or shrank at its end (the
+    usual shopping-list edit) is compared in one slice, so the cost follows the size of the change
+    rather than the size of the state (jsonpatch.make_patch walks everything in Python).
+    """
+    patch: list = []
+    undo: list = []
+    _diff(before, after, "", patch, undo)
+    undo.reverse()  # each undo step applies to the state its forward step produced
+    return patch, undo
+
+
+def _pointer(path: str, key) -> str:
+    return f"{path}/{str(key).replace('~', '~0').replace('/', '~1')}"
+
+
+def _diff(before, after, path: str, patch: list, undo: list) -> None:
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        for key in before:
+            if key not in after:
+                patch.append({"op": "remove", "path": _pointer(path, key)})
+                undo.append({"op": "add", "path": _pointer(path, key), "value": copy.deepcopy(before[key])})
+        for key, value in after.items():
+            if key not in before:
+                patch.append({"op": "add", "path": _pointer(path, key), "value": copy.deepcopy(value)})
+                undo.append({"op": "remove", "path": _pointer(path, key)})
+            elif not _equal(before[key], value):
+                _diff(before[key], value, _pointer(path, key), patch, undo)
+    elif isinstance(before, list) and isinstance(after, list):
+        _diff_lists(before, after, path, patch, undo)
+    elif not _equal(before, after):
+        patch.append({"op": "replace", "path": path, "value": copy.deepcopy(after)})
+        undo.append({"op": "replace", "path": path, "value": copy.deepcopy(before)})
+
+
+def _diff_lists(before: list, after: list, path: str, patch: list, undo: list) -> None:
+    old, new = len(before), len(after)
+    shared = min(old, new)
+    if _equal(before[:shared], after[:shared]):
+        start = shared  # only the end changed: one slice comparison
+    else:
+        start = 0
+        while start < shared and _equal(before[start], after[start]):
+            start += 1
+    # Items removed or added in the middle shift the rest: find the unchanged tail as well.
+    end = 0
+    while end < shared - start and _equal(before[old - 1 - end], after[new - 1 - end]):
+        end += 1
+    # The changed middle: before[start:old-end] became after[start:new-end]. Diff it pairwise, then
+    # remove what is left over (last first) or add what is new.
+    changed_old, changed_new = old - end - start, new - end - start
+    for index in range(start, start + min(changed_old, changed_new)):
+        _diff(before[index], after[index], _pointer(path, index), patch, undo)
+    for index in range(start + changed_old - 1, start + changed_new - 1, -1):
+        patch.append({"op": "remove", "path": _pointer(path, index)})
+        undo.append({"op": "add", "path": _pointer(path, index), "value": copy.deepcopy(before[index])})
+    for index in range(start + changed_old, start + changed_new):
+        patch.append({"op": "add", "path": _pointer(path, index), "value": copy.deepcopy(after[index])})
+        undo.append({"op": "remove", "path": _pointer(path, index)})
+
+
+_CONTAINERS = (dict, list)
+
+
+def _equal(a, b) -> bool:
+    """Equal as JSON: Python's == (in C), then the types, since 1 == 1.0 == True in Python only."""
+    return type(a) is type(b) and a == b and _same_types(a, b)
+
+
+def _same_types(a, b) -> bool:
+    """For values already known to be ==: whether every value inside has the same type on both sides."""
+    if isinstance(a, dict):
+        return all(type(value) is type(b[key]) and (not isinstance(value, _CONTAINERS) or _same_types(value, b[key]))
+                   for key, value in a.items())
+    if isinstance(a, list):
+        if not all(map(operator.is_, map(type, a), map(type, b))):  # all in C: no Python per item
+            return False
+        if not any(map(isinstance, a, itertools.repeat(_CONTAINERS))):
+            return True
+        return all(_same_types(x, y) for x, y in zip(a, b, strict=True) if isinstance(x, _CONTAINERS))
+    return True
 
 
 def apply_patch(state: Mapping, patch: list) -> dict:

@@ -4,9 +4,11 @@ Each run goes through the real OpenAIChat to the local test server; assertions r
 state, the RunOutput / events, and the request bodies the server recorded.
 """
 
+import copy
 import datetime
 import decimal
 import json
+import random
 import uuid
 
 from asgiref.sync import sync_to_async
@@ -520,6 +522,72 @@ class TestStateFunctions(SimpleTestCase):
         assert state_module.apply_patch({"a": 1, "b": [1]}, patch) == {"b": [1, 2], "c": {"d": 1}}
         assert state_module.apply_patch({"b": [1, 2], "c": {"d": 1}}, inverse) == {"a": 1, "b": [1]}
         assert sorted(state_module.changed_keys(patch)) == ["a", "b", "c"]
+
+    def test_diff_patches_are_small_and_exact(self):
+        before = {"items": ["milk", "eggs", "bread"], "n": 1, "flag": True, "k/~": 0}
+        cases = [
+            ({**before, "items": ["milk", "eggs", "bread", "jam"]}, [{"op": "add", "path": "/items/3", "value": "jam"}]),
+            ({**before, "items": ["milk", "bread"]}, [{"op": "remove", "path": "/items/1"}]),
+            ({**before, "n": 1.0}, [{"op": "replace", "path": "/n", "value": 1.0}]),  # equal in Python, not in JSON
+            ({**before, "flag": 1}, [{"op": "replace", "path": "/flag", "value": 1}]),
+            ({**before, "k/~": 1}, [{"op": "replace", "path": "/k~1~0", "value": 1}]),
+            (dict(before), []),
+        ]
+        for after, expected in cases:
+            with self.subTest(after=after):
+                patch, inverse = state_module.diff(before, after)
+                assert patch == expected
+                assert state_module.apply_patch(before, patch) == after
+                assert state_module.apply_patch(after, inverse) == before
+
+    def test_diff_round_trips_on_random_edits(self):
+        """Many random nested states and edits (with 1, 1.0, True and False mixed in): applying the patch
+        gives the new state and applying the inverse gives the old one, exactly as JSON."""
+        rng = random.Random(20261129)
+        scalars = [0, 1, 2, 1.0, 1.5, True, False, None, "a", "b"]
+
+        def value(depth=0):
+            roll = rng.random()
+            if depth > 3 or roll < 0.4:
+                return rng.choice(scalars)
+            if roll < 0.7:
+                return [value(depth + 1) for _ in range(rng.randint(0, 5))]
+            return {rng.choice("abcde"): value(depth + 1) for _ in range(rng.randint(0, 4))}
+
+        def edit(node, depth=0):
+            node = copy.deepcopy(node)
+            roll = rng.random()
+            if isinstance(node, list):
+                if roll < 0.3 or not node:
+                    node.insert(rng.randint(0, len(node)), value(depth + 1))
+                elif roll < 0.5:
+                    node.pop(rng.randrange(len(node)))
+                else:
+                    index = rng.randrange(len(node))
+                    node[index] = edit(node[index], depth + 1)
+                return node
+            if isinstance(node, dict):
+                if roll < 0.3 or not node:
+                    node[rng.choice("abcdefg")] = value(depth + 1)
+                elif roll < 0.5:
+                    node.pop(rng.choice(list(node)))
+                else:
+                    key = rng.choice(list(node))
+                    node[key] = edit(node[key], depth + 1)
+                return node
+            return value(depth + 1)
+
+        def as_json(state):
+            return json.dumps(state, sort_keys=True)
+
+        for _ in range(3000):
+            before = {"s": value()}
+            after = before
+            for _ in range(rng.randint(1, 3)):
+                after = edit(after)
+            patch, inverse = state_module.diff(before, after)
+            assert as_json(state_module.apply_patch(before, patch)) == as_json(after), (before, after, patch)
+            assert as_json(state_module.apply_patch(after, inverse)) == as_json(before), (before, after, inverse)
 
     def test_render_renders_non_strings_with_str(self):
         rendered = state_module.render("{n} {f} {l} {d} {none}", {"n": 1, "f": 1.5, "l": ["a"], "d": {"k": 1},

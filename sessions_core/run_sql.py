@@ -1,0 +1,249 @@
+"""The statements of a run's start and finish, as SQL written once per database.
+
+Every run makes the same handful of statements (load the session, read its history, insert the
+run, insert its messages, take and release the lease). Through the ORM each costs about 250 us of
+query building and row conversion on a small machine, against about 15 us for the statement
+itself, which made the ORM most of the engine's own time per run (see bench/engine.py). So these
+few statements are plain SQL, built once per database from the models' own table and column names
+and run through Django's cursor (so they share its connection, transaction and query logging).
+Everything else, including the rare paths of a run (a new session, a lost lease, a concurrent state
+edit), uses the ORM. tests/test_run_sql.py checks each statement against its ORM equivalent on
+SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from typing import NamedTuple
+
+from django.contrib.auth import get_user_model
+from django.db import connections
+
+from .models import ChatSession, Message, Role, Run, RunStatus, StateChange
+
+
+class SessionRow(NamedTuple):
+    """What a run needs of its session row."""
+
+    pk: int
+    owner_id: int | None
+    owner_name: str | None  # the owner's username
+    state_text: str  # the stored state as JSON text
+    state_version: int
+    summary: dict | None
+    last_seq: int
+    lease_token: str
+    lease_live: bool  # a lease is held and has not expired
+
+
+class HistoryRow(NamedTuple):
+    seq: int
+    role: str
+    content: str
+    tool_calls: list | None
+    tool_call_id: str
+    tool_name: str
+    tool_error: bool
+    created_at: datetime.datetime
+
+
+def _table(model, connection, alias: str = "") -> str:
+    name = connection.ops.quote_name(model._meta.db_table)
+    return f"{name} {alias}" if alias else name
+
+
+def _columns(model, connection, names: tuple[str, ...], prefix: str = "") -> list[str]:
+    quote = connection.ops.quote_name
+    return [f"{prefix}{quote(model._meta.get_field(name).column)}" for name in names]
+
+
+_MESSAGE_FIELDS = ("session", "run", "seq", "role", "content", "tool_calls", "tool_call_id", "tool_name",
+                   "tool_error", "created_at")
+_HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
+_RUN_FIELDS = ("run_id", "session", "component_id", "status", "input", "content", "content_type", "error",
+               "model_id", "metrics", "history_seqs", "cancel_requested", "created_at")
+_CHANGE_FIELDS = ("session", "run", "version", "patch", "inverse", "source", "created_at")
+
+
+class RunSQL:
+    """The statements for one database vendor (the SQL differs only in locking)."""
+
+    def __init__(self, connection):
+        quote = connection.ops.quote_name
+        User = get_user_model()
+        session, run, message = (_table(ChatSession, connection), _table(Run, connection),
+                                 _table(Message, connection))
+        s = {name: quote(ChatSession._meta.get_field(name).column) for name in (
+            "id", "owner", "session_id", "session_state", "state_version", "summary", "last_seq", "lease_token",
+            "lease_expires_at", "last_activity_at")}
+        r = {name: quote(Run._meta.get_field(name).column) for name in ("id", "session", "status", "parent_run")}
+        m = {name: quote(Message._meta.get_field(name).column) for name in ("session", "run", "seq", "role")}
+        lock = " FOR UPDATE OF s" if connection.features.has_select_for_update_of else ""
+        # ChatSession.objects.select_for_update(of=("self",)).select_related("owner").filter(session_id=...)
+        self.load_session = (
+            f"SELECT s.{s['id']}, s.{s['owner']}, u.{quote(User._meta.get_field(User.USERNAME_FIELD).column)},"
+            f" s.{s['session_state']}, s.{s['state_version']}, s.{s['summary']}, s.{s['last_seq']},"
+            f" s.{s['lease_token']}, CASE WHEN s.{s['lease_expires_at']} > %s THEN 1 ELSE 0 END"
+            f" FROM {_table(ChatSession, connection, 's')}"
+            f" LEFT OUTER JOIN {_table(User, connection, 'u')} ON u.{quote(User._meta.pk.column)} = s.{s['owner']}"
+            f" WHERE s.{s['session_id']} = %s{lock}"
+        )
+        history_columns = ", ".join(_columns(Message, connection, _HISTORY_FIELDS, "m."))
+        completed = f"r.{r['status']} = '{RunStatus.COMPLETED.value}' AND r.{r['parent_run']} IS NULL"
+        # history.history(num_runs=N): messages of the last N completed top-level runs, no system messages.
+        self.history_by_runs = (
+            f"SELECT {history_columns} FROM {_table(Message, connection, 'm')}"
+            f" WHERE m.{m['run']} IN (SELECT r.{r['id']} FROM {_table(Run, connection, 'r')}"
+            f" WHERE r.{r['session']} = %s AND {completed}"
+            f" ORDER BY r.{r['id']} DESC LIMIT %s) AND m.{m['role']} <> '{Role.SYSTEM.value}' ORDER BY m.{m['seq']}"
+        )
+        # history.history(num_messages=N): the last N such messages, newest first.
+        self.history_by_messages = (
+            f"SELECT {history_columns} FROM {_table(Message, connection, 'm')}"
+            f" INNER JOIN {_table(Run, connection, 'r')} ON r.{r['id']} = m.{m['run']}"
+            f" WHERE m.{m['session']} = %s AND {completed}"
+            f" AND m.{m['role']} <> '{Role.SYSTEM.value}' ORDER BY m.{m['seq']} DESC LIMIT %s"
+        )
+        returning = " RETURNING " + quote(Run._meta.pk.column)
+        self.insert_run = (
+            f"INSERT INTO {run} ({', '.join(_columns(Run, connection, _RUN_FIELDS))})"
+            f" VALUES ({', '.join(['%s'] * len(_RUN_FIELDS))}){returning}"
+        )
+        message_columns = ", ".join(_columns(Message, connection, _MESSAGE_FIELDS))
+        self.insert_message = f"INSERT INTO {message} ({message_columns}) VALUES "
+        self.message_values = "(" + ", ".join(["%s"] * len(_MESSAGE_FIELDS)) + ")"
+        change_columns = ", ".join(_columns(StateChange, connection, _CHANGE_FIELDS))
+        self.insert_change = f"INSERT INTO {_table(StateChange, connection)} ({change_columns}) VALUES "
+        self.change_values = "(" + ", ".join(["%s"] * len(_CHANGE_FIELDS)) + ")"
+        self.take_lease = (
+            f"UPDATE {session} SET {s['lease_token']} = %s, {s['lease_expires_at']} = %s,"
+            f" {s['last_activity_at']} = %s, {s['last_seq']} = %s WHERE {s['id']} = %s"
+        )
+        # The usual finish: this run still holds the lease and nobody changed the state meanwhile.
+        release = (f"UPDATE {session} SET {s['lease_token']} = '', {s['lease_expires_at']} = NULL,"
+                   f" {s['last_activity_at']} = %s, {s['last_seq']} = %s")
+        where = f" WHERE {s['id']} = %s AND {s['lease_token']} = %s AND {s['state_version']} = %s"
+        self.release_lease = release + where
+        # The state arrives as JSON text: CAST makes it jsonb on PostgreSQL (text on SQLite).
+        state_type = ChatSession._meta.get_field("session_state").db_type(connection)
+        self.release_lease_with_state = (
+            release + f", {s['session_state']} = CAST(%s AS {state_type}), {s['state_version']} = %s" + where
+        )
+        run_columns = {name: quote(Run._meta.get_field(name).column) for name in (
+            "status", "content", "content_type", "error", "metrics", "state_version", "finished_at")}
+        self.finish_run = (
+            f"UPDATE {run} SET {', '.join(f'{column} = %s' for column in run_columns.values())}"
+            f" WHERE {r['id']} = %s"
+        )
+
+
+_statements: dict[str, RunSQL] = {}
+
+
+class RunStore:
+    """A run's reads and writes on database `alias`, on the calling thread's connection."""
+
+    def __init__(self, alias: str):
+        self.connection = connections[alias]
+        self.sql = _statements.get(self.connection.vendor)
+        if self.sql is None:
+            self.sql = _statements[self.connection.vendor] = RunSQL(self.connection)
+        ops = self.connection.ops
+        self._datetime = ops.adapt_datetimefield_value
+        self._json = lambda value: None if value is None else ops.adapt_json_value(value, None)
+        # SQLite hands back naive datetimes for Django to make aware; psycopg hands back aware ones.
+        convert = getattr(ops, "convert_datetimefield_value", None)
+        self._read_datetime = (
+            (lambda value: convert(value, None, self.connection)) if convert else (lambda value: value)
+        )
+
+    def load_session(self, session_id: str, now: datetime.datetime) -> SessionRow | None:
+        """The session row, locked for this transaction, with its owner's username."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(self.sql.load_session, (self._datetime(now), session_id))
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        pk, owner_id, owner_name, state, version, summary, last_seq, token, live = row
+        return SessionRow(pk, owner_id, owner_name, state or "{}", version, _load(summary), last_seq, token,
+                          bool(live))
+
+    def history(self, session_pk: int, num_runs: int | None, num_messages: int | None) -> list[HistoryRow]:
+        """See history.history: the same rows, oldest first (before orphaned tool results are dropped)."""
+        if num_runs is not None:
+            statement, params, newest_first = self.sql.history_by_runs, (session_pk, num_runs), False
+        else:
+            statement, params, newest_first = self.sql.history_by_messages, (session_pk, num_messages), True
+        with self.connection.cursor() as cursor:
+            cursor.execute(statement, params)
+            rows = cursor.fetchall()
+        if newest_first:
+            rows.reverse()
+        read_datetime = self._read_datetime
+        return [
+            HistoryRow(seq, role, content, _load(tool_calls), tool_call_id, tool_name, bool(tool_error),
+                       read_datetime(created_at))
+            for seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, created_at in rows
+        ]
+
+    def insert_run(self, *, run_id: str, session_pk: int, component_id: str, input: str, model_id: str,
+                   history_seqs: list | None, now: datetime.datetime) -> int:
+        params = (run_id, session_pk, component_id, RunStatus.RUNNING.value, input, "", "str", "", model_id,
+                  self._json({}), self._json(history_seqs), False, self._datetime(now))
+        with self.connection.cursor() as cursor:
+            cursor.execute(self.sql.insert_run, params)
+            return cursor.fetchone()[0]
+
+    def insert_messages(self, rows: list[tuple]) -> None:
+        """Rows of (session_pk, run_pk, seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, now)."""
+        if not rows:
+            return
+        params = []
+        for session_pk, run_pk, seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, now in rows:
+            params += (session_pk, run_pk, seq, str(role), content, self._json(tool_calls), tool_call_id, tool_name,
+                       tool_error, self._datetime(now))
+        with self.connection.cursor() as cursor:
+            cursor.execute(self.sql.insert_message + ", ".join([self.sql.message_values] * len(rows)), params)
+
+    def insert_changes(self, rows: list[tuple]) -> None:
+        """Rows of (session_pk, run_pk, version, patch, inverse, source, now)."""
+        if not rows:
+            return
+        params = []
+        for session_pk, run_pk, version, patch, inverse, source, now in rows:
+            params += (session_pk, run_pk, version, self._json(patch), self._json(inverse), source,
+                       self._datetime(now))
+        with self.connection.cursor() as cursor:
+            cursor.execute(self.sql.insert_change + ", ".join([self.sql.change_values] * len(rows)), params)
+
+    def take_lease(self, session_pk: int, token: str, expires_at, now, last_seq: int) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(self.sql.take_lease, (token, self._datetime(expires_at), self._datetime(now), last_seq,
+                                                 session_pk))
+
+    def release_lease(self, session_pk: int, token: str, base_version: int, now, last_seq: int,
+                      state_text: str | None = None, state_version: int | None = None) -> bool:
+        """Release the lease (and store the new state) if this run still holds it and the state is
+        still at `base_version`; False when either has changed (the caller merges then)."""
+        if state_text is None:
+            statement, params = self.sql.release_lease, (self._datetime(now), last_seq)
+        else:
+            statement = self.sql.release_lease_with_state
+            params = (self._datetime(now), last_seq, state_text, state_version)
+        with self.connection.cursor() as cursor:
+            cursor.execute(statement, (*params, session_pk, token, base_version))
+            return cursor.rowcount == 1
+
+    def finish_run(self, run_pk: int, *, status: str, content: str, content_type: str, error: str, metrics: dict,
+                   state_version: int, now) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(self.sql.finish_run, (str(status), content, content_type, error, self._json(metrics),
+                                                 state_version, self._datetime(now), run_pk))
+
+
+def _load(value):
+    """A JSON column as both backends hand it over here: text (Django reads jsonb as text), or None."""
+    if value is None or not isinstance(value, (str, bytes)):
+        return value
+    return json.loads(value)

@@ -1,0 +1,174 @@
+"""The run's hand-written statements (sessions_core/run_sql.py) against their ORM equivalents.
+
+Each statement must read and write exactly what the ORM would, on SQLite and on PostgreSQL: the
+same rows, JSON values, aware datetimes and booleans.
+"""
+
+import json
+from datetime import timedelta
+
+from django.test import TestCase
+from django.utils import timezone
+
+from sessions_core.models import Message, Role, Run, RunStatus, StateChange
+from sessions_core.run_sql import RunStore
+from tests.factories import make_run, make_session, make_user
+
+HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
+
+
+def add_tool_turn(session, run_status=RunStatus.COMPLETED, parent_run=None):
+    """A run with a system prompt, a tool call and its result, as the engine stores one."""
+    run = Run.objects.create(session=session, status=run_status, input="add milk", parent_run=parent_run)
+    seq = session.last_seq
+    call = {"id": f"call_{run.pk}", "name": "add_item", "arguments": '{"item": "milk"}'}
+    rows = [
+        Message(session=session, run=run, seq=seq + 1, role=Role.SYSTEM, content="You keep a list."),
+        Message(session=session, run=run, seq=seq + 2, role=Role.USER, content="add milk"),
+        Message(session=session, run=run, seq=seq + 3, role=Role.ASSISTANT, content="", tool_calls=[call]),
+        Message(session=session, run=run, seq=seq + 4, role=Role.TOOL, content="Added milk", tool_call_id=call["id"],
+                tool_name="add_item", tool_error=run_status == RunStatus.ERROR),
+        Message(session=session, run=run, seq=seq + 5, role=Role.ASSISTANT, content="Done: milk."),
+    ]
+    Message.objects.bulk_create(rows)
+    session.last_seq = seq + len(rows)
+    session.save(update_fields=["last_seq"])
+    return run
+
+
+class TestHistory(TestCase):
+    @classmethod
+    def setUpTestData(cls):
+        cls.session = make_session()
+        for number in range(6):
+            add_tool_turn(cls.session)
+            make_run(cls.session, user_text=f"question {number}", reply=f"answer {number}")
+        add_tool_turn(cls.session, run_status=RunStatus.ERROR)
+        make_run(cls.session, user_text="stopped", reply="half", status=RunStatus.CANCELLED)
+        parent = Run.objects.filter(session=cls.session, status=RunStatus.COMPLETED).last()
+        add_tool_turn(cls.session, parent_run=parent)  # a member run: never history of the session
+        make_session()  # another session's messages must never appear
+
+    def orm_by_runs(self, num_runs):
+        runs = (Run.objects.filter(session=self.session, status=RunStatus.COMPLETED, parent_run__isnull=True)
+                .order_by("-id").values("id")[:num_runs])
+        return list(Message.objects.filter(run_id__in=runs).exclude(role=Role.SYSTEM).order_by("seq")
+                    .values_list(*HISTORY_FIELDS))
+
+    def orm_by_messages(self, num_messages):
+        rows = list(Message.objects.filter(session=self.session, run__status=RunStatus.COMPLETED,
+                                           run__parent_run__isnull=True)
+                    .exclude(role=Role.SYSTEM).order_by("-seq").values_list(*HISTORY_FIELDS)[:num_messages])
+        rows.reverse()
+        return rows
+
+    def test_by_runs_reads_what_the_orm_reads(self):
+        store = RunStore("default")
+        for num_runs in (1, 2, 3, 7, 50):
+            with self.subTest(num_runs=num_runs):
+                rows = [tuple(row) for row in store.history(self.session.pk, num_runs, None)]
+                assert rows == self.orm_by_runs(num_runs)
+                assert rows  # the comparison is not between two empty lists
+
+    def test_by_messages_reads_what_the_orm_reads(self):
+        store = RunStore("default")
+        for num_messages in (1, 2, 3, 4, 9, 200):
+            with self.subTest(num_messages=num_messages):
+                rows = [tuple(row) for row in store.history(self.session.pk, None, num_messages)]
+                assert rows == self.orm_by_messages(num_messages)
+
+    def test_values_come_back_typed(self):
+        rows = RunStore("default").history(self.session.pk, 2, None)
+        tool_call = next(row for row in rows if row.tool_calls)
+        assert tool_call.tool_calls[0]["name"] == "add_item"
+        assert all(isinstance(row.tool_error, bool) for row in rows)
+        assert all(timezone.is_aware(row.created_at) for row in rows)
+
+
+class TestSessionRow(TestCase):
+    def test_loads_the_row_with_its_owner(self):
+        owner = make_user("ann")
+        session = make_session(owner, session_id="s1", session_state={"items": ["milk", {"n": 1.5}]},
+                               state_version=4, summary={"summary": "Milk."}, last_seq=9)
+
+        row = RunStore("default").load_session("s1", timezone.now())
+
+        assert (row.pk, row.owner_id, row.owner_name) == (session.pk, owner.pk, "ann")
+        assert json.loads(row.state_text) == {"items": ["milk", {"n": 1.5}]}
+        assert (row.state_version, row.summary, row.last_seq) == (4, {"summary": "Milk."}, 9)
+        assert (row.lease_token, row.lease_live) == ("", False)
+
+    def test_unknown_and_ownerless(self):
+        make_session(None, session_id="free")
+        store = RunStore("default")
+        assert store.load_session("missing", timezone.now()) is None
+        row = store.load_session("free", timezone.now())
+        assert (row.owner_id, row.owner_name) == (None, None)
+
+    def test_lease_live_only_until_it_expires(self):
+        now = timezone.now()
+        make_session(session_id="held", lease_token="t", lease_expires_at=now + timedelta(seconds=5))
+        make_session(session_id="expired", lease_token="t", lease_expires_at=now - timedelta(seconds=5))
+        store = RunStore("default")
+        assert store.load_session("held", now).lease_live is True
+        assert store.load_session("expired", now).lease_live is False
+
+
+class TestWrites(TestCase):
+    def setUp(self):
+        self.session = make_session(session_id="w", session_state={"items": []}, state_version=2, last_seq=0)
+        self.store = RunStore("default")
+        self.now = timezone.now()
+
+    def test_a_run_its_messages_and_changes_read_back_through_the_orm(self):
+        store, now, session = self.store, self.now, self.session
+        run_pk = store.insert_run(run_id="r-1", session_pk=session.pk, component_id="shop", input="add milk",
+                                  model_id="m", history_seqs=[3, 4], now=now)
+        store.insert_messages([
+            (session.pk, run_pk, 1, Role.USER, "add milk", None, "", "", False, now),
+            (session.pk, run_pk, 2, Role.ASSISTANT, "", [{"id": "c1", "name": "add", "arguments": "{}"}], "", "",
+             False, now),
+            (session.pk, run_pk, 3, Role.TOOL, "failed", None, "c1", "add", True, now),
+        ])
+        store.insert_changes([(session.pk, run_pk, 3, [{"op": "add", "path": "/items/0", "value": "milk"}],
+                               [{"op": "remove", "path": "/items/0"}], "tool:add", now)])
+
+        run = Run.objects.get(pk=run_pk)
+        assert (run.run_id, run.session_id, run.status, run.input, run.model_id) == (
+            "r-1", session.pk, RunStatus.RUNNING, "add milk", "m")
+        assert (run.history_seqs, run.metrics, run.content_type, run.cancel_requested) == ([3, 4], {}, "str", False)
+        assert run.created_at == now
+        messages = list(Message.objects.filter(run_id=run_pk).values_list("seq", "role", "tool_calls", "tool_error"))
+        assert messages == [(1, "user", None, False), (2, "assistant", [{"id": "c1", "name": "add", "arguments": "{}"}],
+                                                      False), (3, "tool", None, True)]
+        change = StateChange.objects.get(session=session)
+        assert (change.version, change.patch[0]["value"], change.inverse[0]["op"]) == (3, "milk", "remove")
+
+        store.finish_run(run_pk, status=RunStatus.COMPLETED, content="Added.", content_type="str", error="",
+                         metrics={"model_calls": 2}, state_version=3, now=now)
+        run.refresh_from_db()
+        assert (run.status, run.content, run.metrics, run.state_version, run.finished_at) == (
+            "completed", "Added.", {"model_calls": 2}, 3, now)
+
+    def test_the_lease_is_taken_and_released_with_the_new_state(self):
+        store, now, session = self.store, self.now, self.session
+        store.take_lease(session.pk, "tok", now + timedelta(seconds=30), now, 5)
+        session.refresh_from_db()
+        assert (session.lease_token, session.lease_expires_at, session.last_seq) == ("tok", now + timedelta(seconds=30), 5)
+
+        assert store.release_lease(session.pk, "tok", 2, now, 8, '{"items": ["milk"]}', 3) is True
+        session.refresh_from_db()
+        assert (session.lease_token, session.lease_expires_at, session.last_seq) == ("", None, 8)
+        assert (session.session_state, session.state_version) == ({"items": ["milk"]}, 3)
+
+    def test_release_refuses_a_lost_lease_or_a_changed_state(self):
+        store, now, session = self.store, self.now, self.session
+        store.take_lease(session.pk, "tok", now + timedelta(seconds=30), now, 0)
+
+        assert store.release_lease(session.pk, "other", 2, now, 1) is False  # someone else holds it now
+        assert store.release_lease(session.pk, "tok", 1, now, 1, "{}", 2) is False  # state moved on meanwhile
+        session.refresh_from_db()
+        assert (session.lease_token, session.session_state, session.state_version) == ("tok", {"items": []}, 2)
+        assert store.release_lease(session.pk, "tok", 2, now, 1) is True  # no state change: state untouched
+        session.refresh_from_db()
+        assert (session.lease_token, session.session_state) == ("", {"items": []})
