@@ -224,6 +224,7 @@ class RunLoop:
         self.checkpoint_due = 0.0
         self.started = 0.0
         self.finished = False
+        self.heartbeat_task: asyncio.Task | None = None
 
     # -- events -----------------------------------------------------------------------------------
 
@@ -238,7 +239,8 @@ class RunLoop:
         self._begin(start)
         with _registry_lock:
             _running[self.run_id] = self
-        heartbeat = asyncio.ensure_future(self._heartbeat(start.session_pk))
+        # The heartbeat starts after its first interval: most runs are over before it would beat.
+        heartbeat = asyncio.get_running_loop().call_later(CHECKPOINT_SECONDS, self._start_heartbeat, start.session_pk)
         try:
             yield self._event(RunStartedEvent, model=self.model.id, model_provider=self.model.provider)
             async with aclosing(self._body(start)) as body:
@@ -251,6 +253,8 @@ class RunLoop:
             raise
         finally:
             heartbeat.cancel()
+            if self.heartbeat_task is not None:
+                self.heartbeat_task.cancel()
             with _registry_lock:
                 _running.pop(self.run_id, None)
                 _cancel_requested.discard(self.run_id)
@@ -650,13 +654,17 @@ class RunLoop:
 
         renewed = time.monotonic()
         while True:
-            await asyncio.sleep(CHECKPOINT_SECONDS)
             renew = time.monotonic() - renewed >= HEARTBEAT_SECONDS
             if renew:
                 renewed = time.monotonic()
             if await call_sync(beat, renew):
                 request_cancel(self.run_id)
                 return
+            await asyncio.sleep(CHECKPOINT_SECONDS)
+
+    def _start_heartbeat(self, session_pk: int) -> None:
+        if not self.finished:
+            self.heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat(session_pk))
 
     # -- finish -----------------------------------------------------------------------------------
 
