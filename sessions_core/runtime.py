@@ -183,7 +183,7 @@ class _Start:
     session_pk: int = 0
     run_pk: int = 0
     base_version: int = 0
-    base_state: dict = field(default_factory=dict)  # stored JSON before this run
+    base_text: str = "{}"  # the stored state before this run, as JSON text
     state: dict = field(default_factory=dict)  # merged working state, no injected keys
     state_text: str = "{}"  # `state` as JSON text
     changes: list = field(default_factory=list)  # [(patch, inverse, source)] made by the merge
@@ -406,7 +406,7 @@ class RunLoop:
         deep-copied here and the stored state, kept for a failed run, is never the working one.
         """
         agent = self.agent
-        start.base_state = json.loads(stored_text)
+        start.base_text = stored_text
         try:
             defaults = state_module.to_json(agent.session_state) if agent.session_state else {}
             run_state = state_module.to_json(self.run_state) if self.run_state else None
@@ -414,11 +414,16 @@ class RunLoop:
             start.state, start.state_text, start.state_error = json.loads(stored_text), stored_text, str(exc)
             return
         working = json.loads(stored_text)
+        if not run_state and not state_module.fills_in(defaults, working):
+            # The usual run: nothing to merge, so nothing to compare (which costs as much as the state).
+            start.state, start.state_text = working, stored_text
+            return
+        stored = json.loads(stored_text)  # `working` is merged into below; this copy stays as it was
         with_defaults = state_module.merge_owned(defaults, working, None)
         merged = state_module.strip_injected(state_module.merge_owned(
             defaults, working, run_state, overwrite=agent.overwrite_db_session_state
         ))
-        steps = ((start.base_state, with_defaults, "defaults"), (with_defaults, merged, "run_input"))
+        steps = ((stored, with_defaults, "defaults"), (with_defaults, merged, "run_input"))
         for before, after, source in steps:
             patch, inverse = state_module.diff(before, after)
             if patch:
@@ -704,7 +709,7 @@ class RunLoop:
             )
             if released:
                 last_seq = self.last_seq
-                state = json.loads(self.state_text) if changes else self.start.base_state
+                state = json.loads(self.state_text if changes else self.start.base_text)
             else:
                 state, version, changes, last_seq = self._finish_contended(keep_state, changes, messages, now)
             self._write_rows(store, status, error, changes, version - len(changes), messages, last_seq, now, version)

@@ -66,6 +66,16 @@ def merge_owned(defaults: Mapping | None, stored: Mapping | None, run_state: Map
     return _merge(_merge(defaults or {}, base), run_state or {})
 
 
+def fills_in(defaults: Mapping, stored: Mapping) -> bool:
+    """Whether merging `defaults` under `stored` would add anything (a key missing at any depth)."""
+    for key, value in defaults.items():
+        if key not in stored:
+            return True
+        if isinstance(value, Mapping) and isinstance(stored[key], Mapping) and fills_in(value, stored[key]):
+            return True
+    return False
+
+
 def strip_injected(state: Mapping) -> dict:
     return {key: value for key, value in state.items() if key not in INJECTED_KEYS}
 
