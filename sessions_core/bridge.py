@@ -25,12 +25,21 @@ T = TypeVar("T")
 _runner: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("sessions_core_sync_runner", default=None)
 
 
+def _apply(fn, args, kwargs):
+    return fn(*args, **kwargs)
+
+
+# One wrapper made once: sync_to_async() inspects and wraps its function on every call, which costs
+# more than the hop itself on a run's hot path.
+_to_thread = sync_to_async(_apply, thread_sensitive=True)
+
+
 async def call_sync(fn: Callable[..., T], *args, **kwargs) -> T:
     """Run blocking `fn` off the event loop, on the thread that owns the database connection."""
     runner = _runner.get()
     if runner is not None:
         return await runner(fn, args, kwargs)
-    return await sync_to_async(fn, thread_sensitive=True)(*args, **kwargs)
+    return await _to_thread(fn, args, kwargs)
 
 
 _shared: tuple[int, asyncio.AbstractEventLoop, threading.Thread] | None = None
