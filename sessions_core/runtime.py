@@ -310,6 +310,7 @@ class RunLoop:
         self.checkpoint_due = self.started + CHECKPOINT_SECONDS
         self.working = {**start.state, **self._injected()}
         self.state_text = start.state_text  # the state as of the last recorded change
+        self.snapshot: dict | None = None  # state_text parsed, when it has been: private to the run loop
         self.loop = asyncio.get_running_loop()
 
     async def _acquire(self) -> _Start:
@@ -591,16 +592,17 @@ class RunLoop:
         after_text = state_module.dumps(state_module.strip_injected(self.working))  # raises on a non-JSON value
         patch = None
         if after_text != self.state_text:
+            before = self.snapshot if self.snapshot is not None else json.loads(self.state_text)
             after = json.loads(after_text)
-            patch, inverse = state_module.diff(json.loads(self.state_text), after)
-            self.state_text = after_text
+            patch, inverse = state_module.diff(before, after)  # the patches copy what they hold
+            self.state_text, self.snapshot = after_text, after
         if patch:
             agentic = call.name == "update_session_state" and self.agent.enable_agentic_state
             source = "agentic" if agentic else f"tool:{call.name}"
             self.changes.append((patch, inverse, source))
             if stream_events:
                 yield self._event(StateChangedEvent, patch=patch, changed_keys=state_module.changed_keys(patch),
-                                  session_state=after, source=source)
+                                  session_state=json.loads(after_text), source=source)
 
     async def _next_chunk(self, stream) -> ModelChunk | None:
         """The model's next chunk (None at the end). A stop asked in this process meanwhile interrupts the wait."""
@@ -709,7 +711,10 @@ class RunLoop:
             )
             if released:
                 last_seq = self.last_seq
-                state = json.loads(self.state_text if changes else self.start.base_text)
+                if changes and self.snapshot is not None:
+                    state = self.snapshot  # the run is over: the caller may have it
+                else:
+                    state = json.loads(self.state_text if changes else self.start.base_text)
             else:
                 state, version, changes, last_seq = self._finish_contended(keep_state, changes, messages, now)
             self._write_rows(store, status, error, changes, version - len(changes), messages, last_seq, now, version)
