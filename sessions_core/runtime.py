@@ -415,7 +415,7 @@ class RunLoop:
             start.state, start.state_text, start.state_error = json.loads(stored_text), stored_text, str(exc)
             return
         working = json.loads(stored_text)
-        if not run_state and not state_module.fills_in(defaults, working):
+        if not run_state and not state_module.fills_in(defaults, working) and not state_module.has_injected(working):
             # The usual run: nothing to merge, so nothing to compare (which costs as much as the state).
             start.state, start.state_text = working, stored_text
             return

@@ -76,6 +76,10 @@ def fills_in(defaults: Mapping, stored: Mapping) -> bool:
     return False
 
 
+def has_injected(state: Mapping) -> bool:
+    return any(key in state for key in INJECTED_KEYS)
+
+
 def strip_injected(state: Mapping) -> dict:
     return {key: value for key, value in state.items() if key not in INJECTED_KEYS}
 

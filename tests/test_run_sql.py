@@ -154,7 +154,8 @@ class TestWrites(TestCase):
         store, now, session = self.store, self.now, self.session
         store.take_lease(session.pk, "tok", now + timedelta(seconds=30), now, 5)
         session.refresh_from_db()
-        assert (session.lease_token, session.lease_expires_at, session.last_seq) == ("tok", now + timedelta(seconds=30), 5)
+        expires = now + timedelta(seconds=30)
+        assert (session.lease_token, session.lease_expires_at, session.last_seq) == ("tok", expires, 5)
 
         assert store.release_lease(session.pk, "tok", 2, now, 8, '{"items": ["milk"]}', 3) is True
         session.refresh_from_db()

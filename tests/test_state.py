@@ -469,6 +469,19 @@ class TestInjectedKeys(EngineTestMixin, TestCase):
             assert not any(op["path"].lstrip("/").split("/")[0] in self.INJECTED for op in patch), patch
         assert self.seen[1]["current_user_id"] == "alice"  # the tool's forgery did not stick
 
+    def test_one_stored_by_other_means_is_dropped_by_the_next_run(self):
+        """A state saved outside the engine (say through the admin) holding an injected key: the next
+        run, even one that changes nothing, drops it and records the removal."""
+        agent = self.agent()
+        self.llm.add(Text("hi"))
+        ChatSession.objects.create(session_id="s", session_state={"a": 1, "current_user_id": "mallory"})
+
+        output = agent.run("hello", session_id="s")
+
+        assert output.session_state == {"a": 1}
+        assert ChatSession.objects.get(session_id="s").session_state == {"a": 1}
+        assert StateChange.objects.get().patch == [{"op": "remove", "path": "/current_user_id"}]
+
     async def test_async_run_keeps_them_out_too(self):
         agent = self.agent(tools=[self.peek], session_state={"a": 1})
         self.llm.add(ToolCalls([("peek", {})]), Text("done"))
