@@ -57,8 +57,6 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10, help="unmeasured runs before each length")
     parser.add_argument("--states", default="grows,small", help="state shapes to measure")
     parser.add_argument("--skip-sqlite", action="store_true")
-    parser.add_argument("--sqlite-wal", action="store_true",
-                        help="also measure SQLite with PRAGMA journal_mode=WAL, synchronous=NORMAL")
     parser.add_argument("--profile", type=int, metavar="LENGTH", help="cProfile the runs at this length (SQLite)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: the database URL of a child
     args = parser.parse_args()
@@ -68,11 +66,9 @@ def main() -> None:
         return
     if args.profile is not None:
         with tempfile.TemporaryDirectory() as tmp:
-            run_child(args, f"sqlite:///{tmp}/bench.sqlite3", capture=False, wal=args.sqlite_wal)
+            run_child(args, f"sqlite:///{tmp}/bench.sqlite3", capture=False)
         return
     backends = [] if args.skip_sqlite else [("SQLite", None)]
-    if args.sqlite_wal and not args.skip_sqlite:
-        backends.append(("SQLite WAL", None))
     if args.pg_url:
         backends.append(("PostgreSQL", args.pg_url))
     if not backends:
@@ -82,18 +78,17 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             url = url or f"sqlite:///{tmp}/bench.sqlite3"
             print(f"measuring {name} ...", file=sys.stderr, flush=True)
-            results += [{"backend": name, **row} for row in run_child(args, url, wal=name == "SQLite WAL")]
+            results += [{"backend": name, **row} for row in run_child(args, url)]
     print_table(results, args)
 
 
-def run_child(args, url: str, capture: bool = True, wal: bool = False) -> list[dict]:
+def run_child(args, url: str, capture: bool = True) -> list[dict]:
     command = [sys.executable, __file__, "--child", url, "--lengths", args.lengths, "--runs", str(args.runs),
                "--warmup", str(args.warmup), "--states", args.states]
     if args.profile is not None:
         command += ["--profile", str(args.profile)]
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}
-    env.update(DATABASE_URL=url, DEBUG="false", SECRET_KEY="bench-engine", DJANGO_SETTINGS_MODULE="chatapp.settings",
-               BENCH_SQLITE_WAL="1" if wal else "")
+    env.update(DATABASE_URL=url, DEBUG="false", SECRET_KEY="bench-engine", DJANGO_SETTINGS_MODULE="chatapp.settings")
     if not capture:
         subprocess.run(command, env=env, check=True)
         return []
@@ -147,11 +142,6 @@ def child(args) -> None:
     django.setup()
     from django.conf import settings
     from django.db import connection
-
-    if os.environ.get("BENCH_SQLITE_WAL") and connection.vendor == "sqlite":
-        settings.DATABASES["default"]["OPTIONS"]["init_command"] = (
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-        )
 
     # A throwaway database: a fresh SQLite file, or a new PostgreSQL database beside the given one.
     test_settings = settings.DATABASES["default"].setdefault("TEST", {})
@@ -221,7 +211,7 @@ def make_agent(model):
 
 def prefill(agent, session_id: str, length: int, grows: bool) -> None:
     """A session with `length` completed runs, inserted in bulk, shaped like the engine stores them."""
-    from django.db import transaction
+    from django.db import connection, transaction
     from django.utils import timezone
 
     from sessions_core.models import ChatSession, Message, Run, StateChange
@@ -267,6 +257,11 @@ def prefill(agent, session_id: str, length: int, grows: bool) -> None:
             StateChange.objects.bulk_create(changes, batch_size=2000)
         session.last_seq = seq
         session.save(update_fields=["last_seq"])
+    if connection.vendor == "postgresql":
+        # What autovacuum would do shortly after a bulk load anyway; measured without it, the first
+        # rows after a big prefill pay for a background ANALYZE and stale statistics.
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
 
 
 async def measure_all(lengths: list[int], states: list[str], runs: int, warmup: int) -> list[dict]:
