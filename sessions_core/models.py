@@ -125,7 +125,8 @@ class RunStatus(models.TextChoices):
 
 class Run(models.Model):
     run_id = models.CharField(max_length=64, unique=True, default=new_id)
-    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="runs")
+    # No index of its own: run_history_idx starts with it (every insert would update both).
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="runs", db_index=False)
     parent_run = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
     component_id = models.CharField(max_length=128, blank=True)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
@@ -162,8 +163,9 @@ class Role(models.TextChoices):
 
 
 class Message(models.Model):
-    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="messages")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages")
+    # Neither has an index of its own: the (session, seq) and (run, seq) indexes start with them.
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="messages", db_index=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="messages", db_index=False)
     seq = models.BigIntegerField()
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField(blank=True)
@@ -183,7 +185,8 @@ class Message(models.Model):
 
 
 class StateChange(models.Model):
-    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="state_changes")
+    # No index of its own: the (session, version) unique constraint starts with it.
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="state_changes", db_index=False)
     run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="state_changes")
     version = models.PositiveIntegerField()
     patch = models.JSONField(help_text="RFC 6902 JSON Patch from the previous version to this one.")
