@@ -59,7 +59,7 @@ def _messages(rows, from_history: bool = False) -> list[ChatMessage]:
     ]
 
 
-def history(session_pk: int, alias: str, num_runs: int | None, num_messages: int | None) -> list[ChatMessage]:
+def history(store: RunStore, session_pk: int, num_runs: int | None, num_messages: int | None) -> list[ChatMessage]:
     """What an earlier part of the session contributes to the next request: one query.
 
     The last `num_runs` completed top-level runs, or the last `num_messages` of their messages
@@ -70,7 +70,7 @@ def history(session_pk: int, alias: str, num_runs: int | None, num_messages: int
             return []
     elif not num_messages or num_messages <= 0:
         return []
-    messages = _messages(RunStore(alias).history(session_pk, num_runs, num_messages), from_history=True)
+    messages = _messages(store.history(session_pk, num_runs, num_messages), from_history=True)
     while num_runs is None and messages and messages[0].role == Role.TOOL:
         messages.pop(0)
     return messages

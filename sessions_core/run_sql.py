@@ -142,10 +142,14 @@ _statements: dict[str, RunSQL] = {}
 
 
 class RunStore:
-    """A run's reads and writes on database `alias`, on the calling thread's connection."""
+    """A run's reads and writes on database `alias`, on the calling thread's connection.
+
+    Use it as a context manager: one cursor serves all the statements of a step.
+    """
 
     def __init__(self, alias: str):
         self.connection = connections[alias]
+        self.cursor = None
         self.sql = _statements.get(self.connection.vendor)
         if self.sql is None:
             self.sql = _statements[self.connection.vendor] = RunSQL(self.connection)
@@ -158,11 +162,19 @@ class RunStore:
             (lambda value: convert(value, None, self.connection)) if convert else (lambda value: value)
         )
 
+    def __enter__(self) -> RunStore:
+        self.cursor = self.connection.cursor()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.cursor.close()
+        self.cursor = None
+
     def load_session(self, session_id: str, now: datetime.datetime) -> SessionRow | None:
         """The session row, locked for this transaction, with its owner's username."""
-        with self.connection.cursor() as cursor:
-            cursor.execute(self.sql.load_session, (self._datetime(now), session_id))
-            row = cursor.fetchone()
+        cursor = self.cursor
+        cursor.execute(self.sql.load_session, (self._datetime(now), session_id))
+        row = cursor.fetchone()
         if row is None:
             return None
         pk, owner_id, owner_name, state, version, summary, last_seq, token, live = row
@@ -175,9 +187,9 @@ class RunStore:
             statement, params, newest_first = self.sql.history_by_runs, (session_pk, num_runs), False
         else:
             statement, params, newest_first = self.sql.history_by_messages, (session_pk, num_messages), True
-        with self.connection.cursor() as cursor:
-            cursor.execute(statement, params)
-            rows = cursor.fetchall()
+        cursor = self.cursor
+        cursor.execute(statement, params)
+        rows = cursor.fetchall()
         if newest_first:
             rows.reverse()
         read_datetime = self._read_datetime
@@ -191,9 +203,9 @@ class RunStore:
                    history_seqs: list | None, now: datetime.datetime) -> int:
         params = (run_id, session_pk, component_id, RunStatus.RUNNING.value, input, "", "str", "", model_id,
                   self._json({}), self._json(history_seqs), False, self._datetime(now))
-        with self.connection.cursor() as cursor:
-            cursor.execute(self.sql.insert_run, params)
-            return cursor.fetchone()[0]
+        cursor = self.cursor
+        cursor.execute(self.sql.insert_run, params)
+        return cursor.fetchone()[0]
 
     def insert_messages(self, rows: list[tuple]) -> None:
         """Rows of (session_pk, run_pk, seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, now)."""
@@ -203,8 +215,7 @@ class RunStore:
         for session_pk, run_pk, seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, now in rows:
             params += (session_pk, run_pk, seq, str(role), content, self._json(tool_calls), tool_call_id, tool_name,
                        tool_error, self._datetime(now))
-        with self.connection.cursor() as cursor:
-            cursor.execute(self.sql.insert_message + ", ".join([self.sql.message_values] * len(rows)), params)
+        self.cursor.execute(self.sql.insert_message + ", ".join([self.sql.message_values] * len(rows)), params)
 
     def insert_changes(self, rows: list[tuple]) -> None:
         """Rows of (session_pk, run_pk, version, patch, inverse, source, now)."""
@@ -214,13 +225,11 @@ class RunStore:
         for session_pk, run_pk, version, patch, inverse, source, now in rows:
             params += (session_pk, run_pk, version, self._json(patch), self._json(inverse), source,
                        self._datetime(now))
-        with self.connection.cursor() as cursor:
-            cursor.execute(self.sql.insert_change + ", ".join([self.sql.change_values] * len(rows)), params)
+        self.cursor.execute(self.sql.insert_change + ", ".join([self.sql.change_values] * len(rows)), params)
 
     def take_lease(self, session_pk: int, token: str, expires_at, now, last_seq: int) -> None:
-        with self.connection.cursor() as cursor:
-            cursor.execute(self.sql.take_lease, (token, self._datetime(expires_at), self._datetime(now), last_seq,
-                                                 session_pk))
+        self.cursor.execute(self.sql.take_lease, (token, self._datetime(expires_at), self._datetime(now), last_seq,
+                                                  session_pk))
 
     def release_lease(self, session_pk: int, token: str, base_version: int, now, last_seq: int,
                       state_text: str | None = None, state_version: int | None = None) -> bool:
@@ -231,15 +240,14 @@ class RunStore:
         else:
             statement = self.sql.release_lease_with_state
             params = (self._datetime(now), last_seq, state_text, state_version)
-        with self.connection.cursor() as cursor:
-            cursor.execute(statement, (*params, session_pk, token, base_version))
-            return cursor.rowcount == 1
+        cursor = self.cursor
+        cursor.execute(statement, (*params, session_pk, token, base_version))
+        return cursor.rowcount == 1
 
     def finish_run(self, run_pk: int, *, status: str, content: str, content_type: str, error: str, metrics: dict,
                    state_version: int, now) -> None:
-        with self.connection.cursor() as cursor:
-            cursor.execute(self.sql.finish_run, (str(status), content, content_type, error, self._json(metrics),
-                                                 state_version, self._datetime(now), run_pk))
+        self.cursor.execute(self.sql.finish_run, (str(status), content, content_type, error, self._json(metrics),
+                                                  state_version, self._datetime(now), run_pk))
 
 
 def _load(value):

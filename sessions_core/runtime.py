@@ -334,8 +334,7 @@ class RunLoop:
 
     def _start_sync(self) -> _Start:
         agent, alias, now = self.agent, self.alias, timezone.now()
-        store = RunStore(alias)
-        with transaction.atomic(using=alias):
+        with RunStore(alias) as store, transaction.atomic(using=alias):
             session = self._load_for_run(store, now) or self._create_session(store, now)
             if session.lease_live:
                 return _Start(busy=True, session_pk=session.pk)
@@ -350,7 +349,7 @@ class RunLoop:
             history = []
             if self.options["add_history_to_context"]:
                 history = history_module.history(
-                    session.pk, alias, self.options["num_history_runs"], self.options["num_history_messages"]
+                    store, session.pk, self.options["num_history_runs"], self.options["num_history_messages"]
                 )
             start.history = history
             start.run_pk = store.insert_run(
@@ -699,9 +698,8 @@ class RunLoop:
         """Store the outcome. A failed run keeps the state as it was; otherwise the state as of the
         run's last recorded change is stored (written only if it changed)."""
         now, alias, session_pk = timezone.now(), self.alias, self.start.session_pk
-        store = RunStore(alias)
         changes = list(self.start.changes) + self.changes if keep_state else []
-        with transaction.atomic(using=alias):
+        with RunStore(alias) as store, transaction.atomic(using=alias):
             # The usual case in one statement: this run still holds the lease (so it knows last_seq) and
             # nobody changed the state meanwhile (so its changes apply as they are).
             version = self.start.base_version + len(changes)

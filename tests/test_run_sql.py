@@ -63,7 +63,7 @@ class TestHistory(TestCase):
         return rows
 
     def test_by_runs_reads_what_the_orm_reads(self):
-        store = RunStore("default")
+        store = self.enterContext(RunStore("default"))
         for num_runs in (1, 2, 3, 7, 50):
             with self.subTest(num_runs=num_runs):
                 rows = [tuple(row) for row in store.history(self.session.pk, num_runs, None)]
@@ -71,14 +71,15 @@ class TestHistory(TestCase):
                 assert rows  # the comparison is not between two empty lists
 
     def test_by_messages_reads_what_the_orm_reads(self):
-        store = RunStore("default")
+        store = self.enterContext(RunStore("default"))
         for num_messages in (1, 2, 3, 4, 9, 200):
             with self.subTest(num_messages=num_messages):
                 rows = [tuple(row) for row in store.history(self.session.pk, None, num_messages)]
                 assert rows == self.orm_by_messages(num_messages)
 
     def test_values_come_back_typed(self):
-        rows = RunStore("default").history(self.session.pk, 2, None)
+        with RunStore("default") as store:
+            rows = store.history(self.session.pk, 2, None)
         tool_call = next(row for row in rows if row.tool_calls)
         assert tool_call.tool_calls[0]["name"] == "add_item"
         assert all(isinstance(row.tool_error, bool) for row in rows)
@@ -91,7 +92,8 @@ class TestSessionRow(TestCase):
         session = make_session(owner, session_id="s1", session_state={"items": ["milk", {"n": 1.5}]},
                                state_version=4, summary={"summary": "Milk."}, last_seq=9)
 
-        row = RunStore("default").load_session("s1", timezone.now())
+        with RunStore("default") as store:
+            row = store.load_session("s1", timezone.now())
 
         assert (row.pk, row.owner_id, row.owner_name) == (session.pk, owner.pk, "ann")
         assert json.loads(row.state_text) == {"items": ["milk", {"n": 1.5}]}
@@ -100,7 +102,7 @@ class TestSessionRow(TestCase):
 
     def test_unknown_and_ownerless(self):
         make_session(None, session_id="free")
-        store = RunStore("default")
+        store = self.enterContext(RunStore("default"))
         assert store.load_session("missing", timezone.now()) is None
         row = store.load_session("free", timezone.now())
         assert (row.owner_id, row.owner_name) == (None, None)
@@ -109,7 +111,7 @@ class TestSessionRow(TestCase):
         now = timezone.now()
         make_session(session_id="held", lease_token="t", lease_expires_at=now + timedelta(seconds=5))
         make_session(session_id="expired", lease_token="t", lease_expires_at=now - timedelta(seconds=5))
-        store = RunStore("default")
+        store = self.enterContext(RunStore("default"))
         assert store.load_session("held", now).lease_live is True
         assert store.load_session("expired", now).lease_live is False
 
@@ -117,7 +119,7 @@ class TestSessionRow(TestCase):
 class TestWrites(TestCase):
     def setUp(self):
         self.session = make_session(session_id="w", session_state={"items": []}, state_version=2, last_seq=0)
-        self.store = RunStore("default")
+        self.store = self.enterContext(RunStore("default"))
         self.now = timezone.now()
 
     def test_a_run_its_messages_and_changes_read_back_through_the_orm(self):
