@@ -154,13 +154,19 @@ class RunStore:
         if self.sql is None:
             self.sql = _statements[self.connection.vendor] = RunSQL(self.connection)
         ops = self.connection.ops
-        self._datetime = ops.adapt_datetimefield_value
+        self._adapt_datetime = ops.adapt_datetimefield_value
+        self._adapted: tuple = (None, None)  # a step stamps every row with one `now`: adapt it once
         self._json = lambda value: None if value is None else ops.adapt_json_value(value, None)
         # SQLite hands back naive datetimes for Django to make aware; psycopg hands back aware ones.
         convert = getattr(ops, "convert_datetimefield_value", None)
         self._read_datetime = (
             (lambda value: convert(value, None, self.connection)) if convert else (lambda value: value)
         )
+
+    def _datetime(self, value: datetime.datetime | None):
+        if value is not self._adapted[0]:
+            self._adapted = (value, self._adapt_datetime(value))
+        return self._adapted[1]
 
     def __enter__(self) -> RunStore:
         self.cursor = self.connection.cursor()
