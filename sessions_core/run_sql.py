@@ -67,7 +67,7 @@ _CHANGE_FIELDS = ("session", "run", "version", "patch", "inverse", "source", "cr
 
 
 class RunSQL:
-    """The statements for one database vendor (the SQL differs only in locking)."""
+    """The statements for one database vendor (they differ in row locking and in the JSON column type)."""
 
     def __init__(self, connection):
         quote = connection.ops.quote_name
