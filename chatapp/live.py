@@ -183,7 +183,9 @@ def _load_started_run(run_id: str) -> tuple[Run, str]:
 
 
 def _render_state(session: ChatSession, changed_keys) -> str:
-    return oob(rendering.render_state_panel(session, changed_keys))
+    """The panel mid-run: the reply's state, without the editor (an edit of a state the run has not
+    stored yet would have the run's changes applied a second time when it finishes)."""
+    return oob(rendering.render_state_panel(session, changed_keys, in_flight=True))
 
 
 def _render_row(session_pk: int, owner_pk: int | None, to_top: bool) -> str:
@@ -467,7 +469,7 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
             elif kind == RunEvent.state_changed:
                 await _flush(pk, live)
                 live.changed_keys = sorted(set(live.changed_keys) | set(event.changed_keys))
-                session.session_state = event.session_state
+                session.session_state, session.state_version = event.session_state, event.state_version
                 await _to_session(pk, await sync_to_async(_render_state)(session, event.changed_keys))
             elif kind == RunEvent.run_cancelled:
                 live.ending = True

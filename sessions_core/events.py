@@ -96,6 +96,9 @@ class StateChangedEvent(BaseRunEvent):
     changed_keys: list = field(default_factory=list)
     session_state: dict = field(default_factory=dict)
     source: str = ""
+    # The version this change is stored as when the run finishes (if the state is edited meanwhile,
+    # the run's changes are replayed after that edit and take the versions after it).
+    state_version: int = 0
 
 
 @dataclass(kw_only=True)

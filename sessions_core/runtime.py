@@ -600,8 +600,9 @@ class RunLoop:
             source = "agentic" if agentic else f"tool:{call.name}"
             self.changes.append((patch, inverse, source))
             if stream_events:
+                version = self.start.base_version + len(self.start.changes) + len(self.changes)
                 yield self._event(StateChangedEvent, patch=patch, changed_keys=state_module.changed_keys(patch),
-                                  session_state=json.loads(after_text), source=source)
+                                  session_state=json.loads(after_text), source=source, state_version=version)
 
     async def _next_chunk(self, stream) -> ModelChunk | None:
         """The model's next chunk (None at the end). A stop asked in this process meanwhile interrupts the wait."""

@@ -4,6 +4,7 @@ runs against the local OpenAI-compatible test server."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from datetime import timedelta
 
@@ -202,6 +203,13 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         done = len(frames) - 1
         assert panels and panels[0] < done  # the panel changed mid-run, before the final fragment
         assert "milk" in frames[panels[0]]
+        # Mid-run the panel shows the version the change will be stored as, and no editor: an edit
+        # of a state the run has not stored yet would get the run's changes a second time.
+        # (v1 filled in the assistant's default list; milk and eggs are v2 and v3.)
+        version = re.compile(r'id="state-version" class="state-version" data-version="(\d+)"')
+        shown = [version.findall(frames[i]) for i in panels]
+        assert shown == [["2"], ["3"], ["3"]]
+        assert 'id="state-edit"' not in frames[panels[0]] and "state-note" in frames[panels[0]]
         # Escaped while streaming, batched (fewer frames than words), complete.
         tokens = token_frames(frames)
         text = streamed_text(frames, run_id)
@@ -210,6 +218,7 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         # The final fragment is the sanitized markdown, plus the state panel as stored.
         assert "<strong>milk</strong>" in frames[done] and "<em>eggs</em>" in frames[done]
         assert 'id="state-panel"' in frames[done] and "eggs" in frames[done]
+        assert 'id="state-edit"' in frames[done]  # the editor is back
         assert "Reply complete." in frames[done]
         await settle()
         session = await ChatSession.objects.aget(pk=self.shopping.pk)

@@ -65,6 +65,20 @@ class TestEvents(EngineTestMixin, TestCase):
         assert kinds(events)[:1] + kinds(events)[3:6] + kinds(events)[-1:] == [
             "RunStarted", "ToolCallStarted", "ToolCallCompleted", "StateChanged", "RunCompleted"]
 
+    def test_state_changed_carries_the_version_its_change_is_stored_as(self):
+        from sessions_core.models import StateChange
+
+        self.agent_.run("add milk", session_id="s")  # v1 fills in the default list, v2 adds milk
+        self.llm.add(ToolCalls([("add_item", {"item": "eggs"}), ("add_item", {"item": "jam"})]), Text("Done."))
+        agent = self.agent(tools=[add_item], session_state={"shopping_list": [], "store": "corner"})  # +1 default
+
+        events = stream_all(agent, "add eggs and jam", session_id="s")
+
+        versions = [event.state_version for event in of_kind(events, RunEvent.state_changed)]
+        stored = list(StateChange.objects.filter(source="tool:add_item").values_list("version", flat=True))
+        assert versions == [4, 5] and stored == [2, 4, 5]  # v3 is the new default key, stored first
+        assert of_kind(events, RunEvent.run_completed)[0].state_version == 5
+
     def test_events_serialise_to_plain_dicts(self):
         events = stream_all(self.agent_, "add milk", session_id="s")
 

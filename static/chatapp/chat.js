@@ -116,7 +116,8 @@
 
   // --- a state edit in progress survives live panel updates --------------------------------------
   // The kept text is saved against the version it was based on, so the server refuses it as stale
-  // (with a message) rather than silently overwriting what changed meanwhile.
+  // (with a message) rather than silently overwriting what changed meanwhile. A panel sent while a
+  // reply changes the state has no editor: the text waits for the next panel that has one.
   var pendingEdit = null;
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
     if (!event.detail.target || event.detail.target.id !== "state-panel") return;
@@ -134,8 +135,8 @@
         details.open = true;
         document.getElementById("state-json").value = pendingEdit.text;
         details.querySelector("input[name=version]").value = pendingEdit.version;
+        pendingEdit = null;
       }
-      pendingEdit = null;
     }
   });
 

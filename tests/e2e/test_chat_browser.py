@@ -167,6 +167,32 @@ def test_a_message_sent_during_a_reply_waits_in_the_queue(page, daphne_server, l
     expect(last_run(page).locator(".reply")).to_have_text("The second reply.")
 
 
+def test_a_state_edit_in_progress_waits_out_a_reply_that_changes_the_state(page, daphne_server, llm_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="shopping", name="Groceries", name_source="user",
+                           session_state={"shopping_list": ["bread"]})
+    hold = threading.Event()
+    llm_server.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Milk is on the list.", wait_event=hold))
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    page.get_by_text("Edit as JSON").click()
+    page.locator("#state-json").fill('{"shopping_list": ["bread", "jam"]}')
+
+    send(page, "add milk")
+    # Mid-reply the panel shows the reply's state, with a note where the editor was.
+    expect(page.locator("#state-tree")).to_contain_text("milk")
+    expect(page.locator("#state-panel .state-note")).to_be_visible()
+    expect(page.locator("#state-edit")).to_have_count(0)
+    hold.set()
+    expect(last_run(page)).to_have_attribute("data-status", "completed")
+    # The editor is back with the text being typed; saving it now is refused as stale, not applied over milk.
+    expect(page.locator("#state-json")).to_have_value('{"shopping_list": ["bread", "jam"]}')
+    page.get_by_role("button", name="Save state").click()
+    expect(page.locator("#state-panel .form-error")).to_contain_text("the state changed since you opened it")
+    session.refresh_from_db()
+    assert session.session_state["shopping_list"] == ["bread", "milk"]
+
+
 def test_shift_enter_adds_a_line_and_retry_runs_a_failed_message_again(page, daphne_server, llm_server):
     alice = make_user("alice")
     session = make_session(alice, component_id="general", name="Retry", name_source="user")
