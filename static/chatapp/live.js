@@ -36,11 +36,41 @@
     act("stop", { run_id: running.length ? running[running.length - 1].dataset.runId : "" });
   }
 
+  // While a reply is being written, the status line says so again every few seconds, unless
+  // something else was said meanwhile: a polite live region is announced when its text changes, and
+  // a long reply is otherwise silent for a screen reader user (LibreChat does the same).
+  let stillTimer = null;
+  function syncStillWriting(busy) {
+    if (!busy) {
+      clearInterval(stillTimer);
+      stillTimer = null;
+      return;
+    }
+    const line = document.getElementById("run-status");
+    if (stillTimer || !line) return;
+    let seen = line.textContent;
+    let said = null;
+    stillTimer = setInterval(() => {
+      const now = line.textContent;
+      if (now !== seen && now !== said) {  // a new status arrived during this interval: let it stand
+        seen = now;
+        return;
+      }
+      said = said === "Still writing the reply…" ? "Still writing the reply." : "Still writing the reply…";
+      const span = document.createElement("span");
+      span.className = "status-info";
+      span.textContent = said;
+      line.replaceChildren(span);
+      seen = said;
+    }, parseInt(line.dataset.stillEvery, 10) || 7000);
+  }
+
   // Busy state follows the DOM: a run shown as running means Stop is on and the log is busy.
   function syncBusy() {
     const busy = runningRuns().length > 0;
     const log = transcript();
     if (log) log.setAttribute("aria-busy", busy ? "true" : "false");
+    syncStillWriting(busy);
     const button = document.getElementById("stop-button");
     if (!button) return;
     if (!busy && document.activeElement === button) {

@@ -144,6 +144,22 @@ def test_stop_ends_a_long_reply_and_keeps_what_was_written(page, daphne_server, 
     assert session.runs.get().status == RunStatus.CANCELLED
 
 
+def test_a_long_reply_is_announced_as_still_being_written(page, daphne_server, llm_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Slow", name_source="user")
+    hold = threading.Event()
+    llm_server.add(Text("A reply that takes its time.", wait_event=hold))
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    page.locator("#run-status").evaluate("line => line.dataset.stillEvery = '200'")  # 7 s in the app
+    send(page, "take your time")
+    expect(last_run(page).locator(".reply")).to_contain_text("A")
+    expect(page.locator("#run-status")).to_have_text(re.compile(r"^Still writing the reply[.…]$"))
+    hold.set()
+    expect(last_run(page)).to_have_attribute("data-status", "completed")
+    expect(page.locator("#run-status")).to_have_text("Reply complete.")
+
+
 def test_a_message_sent_during_a_reply_waits_in_the_queue(page, daphne_server, llm_server, screenshots):
     alice = make_user("alice")
     session = make_session(alice, component_id="general", name="Queue", name_source="user")
