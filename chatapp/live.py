@@ -42,7 +42,7 @@ from sessions_core.errors import SessionNotFoundError, SessionOwnershipError
 from sessions_core.events import RunEvent
 from sessions_core.models import ChatSession, Message, NameSource, Role, Run, RunStatus
 
-from . import assistants, rendering
+from . import assistants, rendering, state_view
 from .broadcast import asend_to_session, oob, oob_wrap, sync_group, user_group
 
 logger = logging.getLogger("chatapp.live")
@@ -79,6 +79,7 @@ class LiveRun:
     last_flush: float = 0.0
     tool_messages: list[Message] = field(default_factory=list)
     changed_keys: list[str] = field(default_factory=list)
+    pending_changes: list[dict] = field(default_factory=list)  # timeline entries stored when the run ends
     ending: bool = False  # a final event arrived: the engine is storing the outcome
 
     @property
@@ -182,10 +183,11 @@ def _load_started_run(run_id: str) -> tuple[Run, str]:
     return run, rendering.render_run(run)
 
 
-def _render_state(session: ChatSession, changed_keys) -> str:
-    """The panel mid-run: the reply's state, without the editor (an edit of a state the run has not
-    stored yet would have the run's changes applied a second time when it finishes)."""
-    return oob(rendering.render_state_panel(session, changed_keys, in_flight=True))
+def _render_state(session: ChatSession, live: LiveRun) -> str:
+    """The panel mid-run: the reply's state and changes, without the editor (an edit of a state the
+    run has not stored yet would have the run's changes applied a second time when it finishes)."""
+    return oob(rendering.render_state_panel(session, live.changed_keys, in_flight=True,
+                                            pending_changes=live.pending_changes))
 
 
 def _render_row(session_pk: int, owner_pk: int | None, to_top: bool) -> str:
@@ -469,8 +471,9 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
             elif kind == RunEvent.state_changed:
                 await _flush(pk, live)
                 live.changed_keys = sorted(set(live.changed_keys) | set(event.changed_keys))
+                live.pending_changes.insert(0, state_view.describe_pending_change(event))
                 session.session_state, session.state_version = event.session_state, event.state_version
-                await _to_session(pk, await sync_to_async(_render_state)(session, event.changed_keys))
+                await _to_session(pk, await sync_to_async(_render_state)(session, live))
             elif kind == RunEvent.run_cancelled:
                 live.ending = True
                 await _flush(pk, live)

@@ -200,8 +200,9 @@ def render_session_list(user, current_session_id: str | None = None, oob: bool =
 
 
 def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str | None = None,
-                        edit_version=None, **extra) -> dict:
-    """Context of _state_panel.html. `edit_text`/`edit_version` refill the JSON form after a refused edit."""
+                        edit_version=None, pending_changes=(), **extra) -> dict:
+    """Context of _state_panel.html. `edit_text`/`edit_version` refill the JSON form after a refused edit;
+    `pending_changes` are a running reply's changes, listed above the stored ones."""
     changes = list(StateChange.objects.filter(session=session).select_related("run")
                    .only("version", "patch", "source", "created_at", "run__run_id")
                    .order_by("-version")[:TIMELINE_CHANGES])
@@ -210,7 +211,7 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
         "session": session,
         "tree": state_view.tree(session.session_state, changed_keys),
         "changed_keys": list(changed_keys),
-        "timeline": [state_view.describe_change(change) for change in changes],
+        "timeline": [*pending_changes, *(state_view.describe_change(change) for change in changes)],
         "form_text": state_json if edit_text is None else edit_text,
         "form_version": session.state_version if edit_version in (None, "") else edit_version,
         "assistant_name": assistant_name(session.component_id),

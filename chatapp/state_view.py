@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import jsonpatch
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
@@ -77,6 +78,18 @@ def describe_op(op: dict) -> dict:
     if "from" in op:
         line["source"] = readable_path(op["from"])
     return line
+
+
+def describe_pending_change(event) -> dict:
+    """A timeline entry for a change a run has made but not stored yet (from its StateChangedEvent)."""
+    return {
+        "version": event.state_version,
+        "source": event.source,
+        "run_id": event.run_id,
+        "created_at": timezone.now(),
+        "ops": [describe_op(op) for op in event.patch],
+        "pending": True,
+    }
 
 
 def describe_change(change) -> dict:

@@ -210,6 +210,11 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         shown = [version.findall(frames[i]) for i in panels]
         assert shown == [["2"], ["3"], ["3"]]
         assert 'id="state-edit"' not in frames[panels[0]] and "state-note" in frames[panels[0]]
+        # ...and its changes head the timeline, marked as not stored yet (no link to a stored version).
+        pending = re.compile(r'class="state-change pending" data-version="(\d+)"')
+        assert pending.findall(frames[panels[0]]) == ["2"] and pending.findall(frames[panels[1]]) == ["3", "2"]
+        assert "saving with the reply" in frames[panels[1]] and "state/v3/" not in frames[panels[1]]
+        assert not pending.findall(frames[done]) and "state/v3/" in frames[done]  # stored: links again
         # Escaped while streaming, batched (fewer frames than words), complete.
         tokens = token_frames(frames)
         text = streamed_text(frames, run_id)
