@@ -395,6 +395,43 @@ class TestCancellationAcrossThreads(EngineTestMixin, TransactionTestCase):
         assert self.llm.requests == []  # the model was never called
 
 
+    async def test_a_run_cancelled_inside_a_tool_stores_the_state_of_its_last_recorded_change(self):
+        """The tool goes on in its thread after the task is cancelled, and edits the state there: that
+        edit has no StateChange (the run never saw the tool return), so it is not stored either, and
+        the stored state stays what its recorded changes say."""
+        from asgiref.sync import sync_to_async
+
+        entered, release = threading.Event(), threading.Event()
+
+        def add_slowly(item: str, run_context: RunContext) -> str:
+            """Add an item, slowly.
+
+            Args:
+                item: The item.
+            """
+            entered.set()
+            release.wait(10)
+            run_context.session_state["items"].append(item)
+            return "added"
+
+        await sync_to_async(make_session)(session_id="s", component_id="tester", session_state={"items": ["a"]},
+                                          state_version=1)
+        agent = self.agent(tools=[add_slowly])
+        self.llm.add(ToolCalls([("add_slowly", {"item": "b"})]), Text("Done."))
+        task = asyncio.ensure_future(agent.arun("add b", session_id="s"))
+        assert await asyncio.to_thread(entered.wait, 10)
+        task.cancel()
+        release.set()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+
+        run = await Run.objects.aget()
+        session = await ChatSession.objects.aget(session_id="s")
+        assert run.status == "cancelled" and session.lease_token == ""
+        assert (session.session_state, session.state_version) == ({"items": ["a"]}, 1)
+        assert not await StateChange.objects.filter(run=run).aexists()
+
+
 class TestStaleLease(EngineTestMixin, TestCase):
     def test_a_stale_lease_marks_the_dead_run_interrupted_and_the_next_run_proceeds(self):
         session = make_session(session_id="s", component_id="tester", lease_token="dead-process",
