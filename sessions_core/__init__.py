@@ -13,6 +13,7 @@ import importlib
 _EXPORTS = {
     "Agent": "agent",
     "AgentSession": "agent",
+    "InMemoryDb": "memory",
     "RunOutput": "runtime",
     "RunContext": "tools",
     "Function": "tools",
