@@ -17,9 +17,11 @@ not told about, make it before the class is set up and add its `alias` to `datab
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import sqlite3
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from django.core.management import call_command
 from django.db import connections
@@ -37,9 +39,19 @@ class InMemoryDb:
         self._keeper = sqlite3.connect(name, uri=True, check_same_thread=False)
         settings = {"ENGINE": "django.db.backends.sqlite3", "NAME": name,
                     "OPTIONS": {"transaction_mode": "IMMEDIATE"}}
+        # configure_settings fills in Django's defaults (it insists on seeing a "default" entry).
         connections.settings[self.alias] = connections.configure_settings({"default": {}, self.alias: settings})[
             self.alias
         ]
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._migrate()
+        else:  # made inside async code, where Django refuses to run the ORM on the loop's thread
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                pool.submit(self._migrate).result()
+
+    def _migrate(self) -> None:
         call_command("migrate", database=self.alias, verbosity=0, interactive=False)
 
     def __repr__(self) -> str:

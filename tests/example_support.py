@@ -1,6 +1,7 @@
 """Shared by the example tests: import an example as its script sees it, and point it at the test server."""
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -25,3 +26,10 @@ def served(llm_server, settings):
     settings.OPENAI_MODEL = "test-model"
     settings.OPENAI_MAX_RETRIES = 0
     return llm_server
+
+
+def offline_env(tmp_path: Path, name: str) -> dict:
+    """The environment of a script run as a command: the offline model and a database of its own."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}
+    env.update(DATABASE_URL=f"sqlite:///{tmp_path / name}.sqlite3", OFFLINE_MODEL_DELAY="0")
+    return env

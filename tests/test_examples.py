@@ -3,15 +3,13 @@ real one-line commands on the offline model in subprocesses."""
 
 import ast
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from sessions_core.models import ChatSession, Run
-from tests.example_support import ROOT, example
+from tests.example_support import ROOT, example, offline_env
 from tests.llm_server import Text, ToolCalls
 
 pytestmark = pytest.mark.django_db
@@ -251,12 +249,6 @@ def test_session_state_multiple_users(served):
 
 
 # -- the documented commands, on the offline model -------------------------------------------------
-
-
-def offline_env(tmp_path: Path, name: str) -> dict:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}
-    env.update(DATABASE_URL=f"sqlite:///{tmp_path / name}.sqlite3", OFFLINE_MODEL_DELAY="0")
-    return env
 
 
 def final_line(output: str, prefix: str):

@@ -1,6 +1,9 @@
 """InMemoryDb(): a process-local database per instance, with the engine's whole behaviour on it."""
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 
 from django.db import connections
 from django.test import TestCase, TransactionTestCase
@@ -8,6 +11,7 @@ from django.test import TestCase, TransactionTestCase
 from sessions_core import InMemoryDb, RunContext, SessionNotFoundError, SessionOwnershipError
 from sessions_core.models import ChatSession, Run, StateChange
 from tests.engine_helpers import EngineTestMixin
+from tests.example_support import ROOT, offline_env
 from tests.llm_server import Text, ToolCalls
 
 
@@ -82,3 +86,31 @@ class TestInMemoryDbAsync(MemoryDbTestMixin, EngineTestMixin, TransactionTestCas
         assert output.session_state == {"items": ["jam"]}
         connections.close_all()  # Django keeps an in-memory database's connections; the keeper holds it anyway
         assert agent.get_session_state(session_id="s") == {"items": ["jam"]}
+
+
+SCRIPT = """
+    import asyncio
+
+    from sessions_core import Agent, InMemoryDb
+    from sessions_core.llm import OfflineModel
+
+    async def main():
+        db = InMemoryDb()  # made inside async code: its migration runs on another thread
+        agent = Agent(model=OfflineModel(), db=db, session_state={"n": 1})
+        output = await agent.arun("hello", session_id="s")
+        print("result:", output.status, await agent.aget_session_state(session_id="s"))
+
+    asyncio.run(main())
+"""
+
+
+def test_a_plain_async_script_can_make_one(tmp_path):
+    """In its own process, as a script would: Django's test cases refuse databases made mid-test."""
+    script = tmp_path / "memory_script.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+
+    env = {**offline_env(tmp_path, "default"), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    assert "result: completed {'n': 1}" in done.stdout
