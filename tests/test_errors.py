@@ -321,6 +321,15 @@ class TestCancellation(EngineTestMixin, TestCase):
 
 
 class TestCancellationAcrossThreads(EngineTestMixin, TransactionTestCase):
+    async def cancel_while_blocked(self, run, entered: threading.Event, release: threading.Event) -> None:
+        """Start `run` as a task, cancel it once a blocking step has `entered`, then `release` the step."""
+        task = asyncio.ensure_future(run)
+        assert await asyncio.to_thread(entered.wait, 10)
+        task.cancel()
+        release.set()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+
     def test_a_non_streamed_run_is_cancelled_from_another_thread(self):
         agent = self.agent()
 
@@ -380,12 +389,7 @@ class TestCancellationAcrossThreads(EngineTestMixin, TransactionTestCase):
 
         runtime.RunLoop._start_sync = slow_start
         try:
-            task = asyncio.ensure_future(agent.arun("hello", session_id="s"))
-            assert await asyncio.to_thread(entered.wait, 10)
-            task.cancel()
-            release.set()
-            with self.assertRaises(asyncio.CancelledError):
-                await task
+            await self.cancel_while_blocked(agent.arun("hello", session_id="s"), entered, release)
         finally:
             runtime.RunLoop._start_sync = original
         run = await Run.objects.aget()
@@ -418,12 +422,7 @@ class TestCancellationAcrossThreads(EngineTestMixin, TransactionTestCase):
                                           state_version=1)
         agent = self.agent(tools=[add_slowly])
         self.llm.add(ToolCalls([("add_slowly", {"item": "b"})]), Text("Done."))
-        task = asyncio.ensure_future(agent.arun("add b", session_id="s"))
-        assert await asyncio.to_thread(entered.wait, 10)
-        task.cancel()
-        release.set()
-        with self.assertRaises(asyncio.CancelledError):
-            await task
+        await self.cancel_while_blocked(agent.arun("add b", session_id="s"), entered, release)
 
         run = await Run.objects.aget()
         session = await ChatSession.objects.aget(session_id="s")
