@@ -369,15 +369,25 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
     async def test_the_summary_reaches_the_state_panel_after_the_reply(self):
         session = await sync_to_async(make_session)(self.alice, component_id="general", name="Trip",
                                                     name_source=NameSource.USER)
-        self.llm.side_responder = lambda body: (
-            Text(json.dumps({"summary": "Alice plans a <b>trip</b>.", "topics": ["travel"]}))
-            if is_summary_request(body) else None)
+        summary_may_answer = threading.Event()
+
+        def summaries(body):
+            if not is_summary_request(body):
+                return None
+            summary_may_answer.wait(10)  # the model takes its time with the summary
+            return Text(json.dumps({"summary": "Alice plans a <b>trip</b>.", "topics": ["travel"]}))
+
+        self.llm.side_responder = summaries
         self.llm.add(Text("Happy to help."))
         socket = await self.socket(session.session_id, self.alice)
         await self.send(socket, "help me plan a trip")
+        # The reply is complete while the summary is still being written...
+        frames = await frames_until(socket, run_done())
+        assert not any('id="session-summary"' in f for f in frames)
+        summary_may_answer.set()
+        # ...and the summary reaches the panel when it is done.
         frames = await frames_until(socket, lambda f: 'id="session-summary"' in f)
         assert "Alice plans a &lt;b&gt;trip&lt;/b&gt;." in frames[-1]
-        assert any(run_done()(f) for f in frames[:-1])  # the reply was complete before the summary came
         await settle()
         await socket.disconnect()
 
