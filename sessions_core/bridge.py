@@ -1,26 +1,37 @@
 """One async core, thin sync adapters.
 
 The engine is written once, as async code. Blocking work (the ORM, sync tools) goes through
-`call_sync`, which normally means `sync_to_async(thread_sensitive=True)`. The sync adapters
-(`iterate_sync`, `run_sync`) run the async core on an event loop in a helper thread while the
-calling thread serves every `call_sync` job itself: the caller's database connection (and its open
-transaction, in a test) is the one the run uses, exactly as if the code were synchronous, and a
-streamed run can still be consumed as a plain generator.
+`call_sync`, which normally means `sync_to_async(thread_sensitive=True)`.
+
+The sync adapters (`iterate_sync`, `run_sync`) drive the async core on an event loop of the calling
+thread (one per thread, kept between calls so the model's HTTP connections are reused). The loop
+runs only while the core waits for I/O; whenever the core asks for blocking work, the loop stops and
+the work runs right there, on the caller's thread, with no loop running. So a sync run is as if the
+code were synchronous: the caller's database connection (and its open transaction, in a test) is
+the one the run uses, sync tools run in the caller's thread as Agno runs them, and no thread is
+woken for each step. A streamed run is consumed as a plain generator.
+
+Called from a thread whose own event loop is running (a notebook, an async test), the core runs on
+a loop in a helper thread instead, and the calling thread still serves every blocking job itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import os
 import queue
 import threading
+import weakref
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 _runner: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("sessions_core_sync_runner", default=None)
 
@@ -47,8 +58,7 @@ _shared_lock = threading.Lock()
 
 
 def _shared_loop() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
-    """The process's engine loop, started on first use: sync calls reuse it (and the model's HTTP
-    connections on it) instead of paying for a new loop and thread each time."""
+    """The engine loop for sync calls made where a loop is already running, started on first use."""
     global _shared
     with _shared_lock:
         if _shared is None or _shared[0] != os.getpid() or not _shared[2].is_alive():  # new, or forked
@@ -61,6 +71,136 @@ def _shared_loop() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
 
 def iterate_sync(make_iterator: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
     """Consume an async iterator from sync code, serving its `call_sync` jobs on this thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _InThread(make_iterator).items()
+    return _on_helper_thread(make_iterator)
+
+
+class _LoopOwner:
+    """Owns one thread's engine loop. When the thread ends, this object goes with the thread's local
+    data and hands the loop over to be closed by the next sync call, on a thread that can run it
+    (a thread being torn down cannot)."""
+
+    def __init__(self):
+        self.loop, self.pid = asyncio.new_event_loop(), os.getpid()
+        self.closers: list[Callable[[], Awaitable]] = []
+
+    def __del__(self):
+        if self.pid == os.getpid():  # a forked child never touches its parent's loop or connections
+            _retired.append((self.loop, self.closers))
+
+
+class _ThreadLoop(threading.local):
+    """This thread's engine loop, made on first use; a forked child makes its own."""
+
+    owner: _LoopOwner | None = None
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        while _retired:
+            _close_retired(*_retired.popleft())
+        owner = self.owner
+        if owner is None or owner.loop.is_closed() or owner.pid != os.getpid():
+            owner = self.owner = _LoopOwner()
+            _owners[owner.loop] = owner
+        return owner.loop
+
+
+_thread_loop = _ThreadLoop()
+_owners: weakref.WeakValueDictionary[asyncio.AbstractEventLoop, _LoopOwner] = weakref.WeakValueDictionary()
+_retired: deque[tuple[asyncio.AbstractEventLoop, list]] = deque()
+
+
+def at_loop_close(closer: Callable[[], Awaitable]) -> None:
+    """Have `closer()` awaited on the running loop before the engine closes it. Only loops the engine
+    made for sync callers are ever closed by it; on any other loop this does nothing."""
+    owner = _owners.get(asyncio.get_running_loop())
+    if owner is not None:
+        owner.closers.append(closer)
+
+
+def _close_retired(loop: asyncio.AbstractEventLoop, closers: list) -> None:
+    """Close the loop of a thread that has ended, and what was opened on it (HTTP connections)."""
+    if loop.is_closed() or loop.is_running():
+        return
+    for closer in closers:
+        try:
+            loop.run_until_complete(closer())
+        except Exception:  # noqa: BLE001 - best effort: the connections die with the loop anyway
+            logger.debug("Closing a resource of a finished thread's loop failed", exc_info=True)
+    _close_loop(loop)
+
+
+class _InThread:
+    """Drives one async iterator on this thread's loop. The loop runs until the core has something
+    for the caller (a job to run, an item, its end); jobs then run here with no loop running, which
+    is what Django's ORM asks of a sync caller."""
+
+    def __init__(self, make_iterator: Callable[[], AsyncIterator]):
+        self.make_iterator = make_iterator
+        self.loop = _thread_loop.get()
+        self.jobs: deque = deque()
+        self.produced: deque = deque()
+        self.wake: asyncio.Future | None = None
+
+    def _poke(self, *_) -> None:
+        if self.wake is not None and not self.wake.done():
+            self.wake.set_result(None)
+
+    async def _runner(self, fn, args, kwargs):
+        future = self.loop.create_future()
+        self.jobs.append((fn, args, kwargs, future))
+        self._poke()
+        return await future
+
+    async def _pump(self) -> None:
+        _runner.set(self._runner)
+        async for item in self.make_iterator():
+            self.produced.append(item)
+            self._poke()
+
+    def _step(self, task: asyncio.Task) -> None:
+        """Run the loop until there is something to do, then run the jobs that are waiting."""
+        if not (self.jobs or self.produced or task.done()):
+            self.wake = self.loop.create_future()
+            self.loop.run_until_complete(self.wake)
+        while self.jobs:
+            fn, args, kwargs, future = self.jobs.popleft()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:  # handed back to the coroutine that asked
+                if not future.done():
+                    future.set_exception(exc)
+            else:
+                if not future.done():
+                    future.set_result(result)
+
+    def items(self) -> Iterator:
+        task = self.loop.create_task(self._pump())
+        task.add_done_callback(self._poke)
+        finished = False
+        try:
+            while True:
+                self._step(task)
+                while self.produced:
+                    yield self.produced.popleft()
+                if task.done() and not self.jobs:
+                    break
+            finished = True
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()
+        finally:
+            if not finished:
+                # The caller stopped early (or was interrupted): cancel the core, serve its clean-up jobs.
+                task.cancel()
+                while not task.done() or self.jobs:
+                    self.produced.clear()
+                    self._step(task)
+
+
+def _on_helper_thread(make_iterator: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
+    """`iterate_sync` for a thread whose own loop is running: the core runs on another thread's loop."""
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     loop, thread = _shared_loop()
     private = threading.current_thread() is thread  # a sync call made from inside the engine's own loop

@@ -23,6 +23,8 @@ import httpx2
 import openai
 from django.conf import settings
 
+from . import bridge
+
 
 class ModelError(Exception):
     """A model call failed; the message says why in words a user can read."""
@@ -108,6 +110,7 @@ class OpenAIChat(Model):
             client = self._clients[loop] = openai.AsyncOpenAI(
                 api_key=self.api_key, base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries
             )
+            bridge.at_loop_close(self.aclose)  # the loop of a sync caller's thread that has ended
         return client
 
     async def aclose(self) -> None:
@@ -446,8 +449,8 @@ _ASKS_ABOUT_PAST = re.compile(
     re.I,
 )
 _ASKS_TO_FIND = re.compile(r"\b(find|read|open|look up|show me|tell me about)\b", re.I)
-_SEARCH_STOPWORDS = {"find", "read", "open", "show", "tell", "about", "session", "sessions", "conversation", "the", "one",
-              "that", "what", "where", "when", "with", "please", "which", "our", "about", "did", "discuss"}
+_SEARCH_STOPWORDS = {"find", "read", "open", "show", "tell", "about", "session", "sessions", "conversation", "the",
+                     "one", "that", "what", "where", "when", "with", "please", "which", "our", "did", "discuss"}
 
 
 def _plan_memory(messages: list[dict], said: str):

@@ -1,0 +1,76 @@
+"""The sync adapters (sessions_core.bridge): a sync run drives the async core on its own thread."""
+
+import threading
+
+from django.test import TestCase, TransactionTestCase
+
+from sessions_core import RunContext, bridge
+from sessions_core.models import ChatSession
+from tests.engine_helpers import EngineTestMixin
+from tests.llm_server import Text, ToolCalls
+
+
+class TestSyncRunsStayOnTheCallersThread(EngineTestMixin, TestCase):
+    def test_database_work_and_sync_tools_run_on_the_calling_thread(self):
+        seen = []
+
+        def where(run_context: RunContext) -> str:
+            """Say which thread this is."""
+            seen.append(threading.get_ident())
+            return "here"
+
+        self.llm.add(ToolCalls([("where", {})]), Text("Done."))
+        output = self.agent(tools=[where]).run("where are you?", session_id="s")
+
+        assert output.status == "completed"
+        assert seen == [threading.get_ident()]  # as Agno runs a sync tool in a sync run
+        # The run's rows went through this thread's connection: this test's open transaction sees them.
+        assert ChatSession.objects.get(session_id="s").last_seq == 4  # user, tool call, tool result, reply
+
+    def test_a_sync_tool_can_call_the_sync_api_of_an_agent(self):
+        reader = self.agent(session_state={"notes": ["from elsewhere"]})
+        self.llm.add(Text("ok"))
+        reader.run("set up", session_id="other")
+
+        def read_other(run_context: RunContext) -> str:
+            """Read the other session's notes."""
+            return ", ".join(reader.get_session_state(session_id="other")["notes"])
+
+        self.llm.add(ToolCalls([("read_other", {})]), Text("Done."))
+        output = self.agent(tools=[read_other]).run("read it", session_id="s")
+
+        assert output.status == "completed"
+        assert output.tools[0].result == "from elsewhere"
+
+    def test_streaming_gives_each_event_before_the_run_goes_on(self):
+        self.llm.add(Text("one two three"))
+        agent = self.agent()
+        running_at_first_event = None
+        for _event in agent.run("hi", session_id="s", stream=True):
+            if running_at_first_event is None:
+                running_at_first_event = ChatSession.objects.get(session_id="s").is_running
+        assert running_at_first_event is True
+        assert not ChatSession.objects.get(session_id="s").is_running
+
+
+class TestThreadLoops(EngineTestMixin, TransactionTestCase):
+    def test_the_loop_of_a_thread_that_ended_is_closed_with_its_model_connections(self):
+        agent = self.agent()
+        self.llm.add(Text("from a thread"), Text("from the main thread"))
+        loops = []
+
+        def work():
+            agent.run("hi", session_id="t")
+            loops.append(bridge._thread_loop.owner.loop)
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+        del thread
+        assert self.model._clients.get(loops[0]) is not None  # its HTTP client is still open
+
+        agent.run("hi", session_id="main")  # the next sync call closes what the ended thread left
+
+        assert loops[0].is_closed()
+        assert loops[0] not in self.model._clients
+        assert not bridge._retired
