@@ -8,14 +8,18 @@ Setup: an in-process local OpenAI-compatible server (tests/llm_server.py) that a
 first with a tool call, then (after the tool result) with one word of text. The agent has history on
 (the last 3 runs) and a state tool that appends to a list. Each session is pre-filled with 1, 100,
 1,000 or 10,000 completed runs by bulk insert (Run, Message and StateChange rows, consecutive seqs,
-ChatSession.last_seq updated), then measured over `--runs` runs through the async API
-(`await agent.arun(...)`, the path the web app uses).
+ChatSession.last_seq updated), then measured over `--runs` runs through each API path:
+
+  sync   `agent.run(...)` from a plain thread: what a script, a notebook cell or a sync view calls,
+         and what Agno's own per-run figures measure. The core runs on the calling thread.
+  async  `await agent.arun(...)` on a running event loop: the web app's path. Every database step
+         and every sync tool crosses to Django's thread-sensitive executor thread and back.
 
 Engine's own time = run time minus a baseline that replays the same request bodies (recorded by the
-server) through the bare `openai.AsyncOpenAI` client against the same server in the same process and
-event loop, streamed and read line by line without parsing. Run and baseline alternate, so both see
-the same machine state. SQL queries per run are counted with CaptureQueriesContext on the
-connection the engine uses.
+server) through the bare `openai.AsyncOpenAI` client against the same server in the same process,
+streamed and read line by line without parsing. Run and baseline alternate, so both see the same
+machine state. SQL queries per run are counted with CaptureQueriesContext on the connection the
+engine uses.
 
 Two state shapes per length: "grows" (the stored list holds one item per earlier run, as a real
 session would) and "small" (the stored list starts empty whatever the length), which separates the
@@ -23,8 +27,8 @@ cost of a long session from the cost of a large state.
 
 Each backend runs in its own child process against a throwaway database (a temp SQLite file; for
 PostgreSQL a new database created next to the one in the URL, so the role needs CREATEDB).
-`--profile LENGTH` prints a cProfile of the engine's runs at that length instead (SQLite), with the
-database calls run inline on the event loop's thread so one profile sees everything.
+`--profile LENGTH` prints a cProfile of sync-path runs at that length instead (SQLite): the whole
+run happens on one thread, where the profiler looks.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100, help="measured runs per session length")
     parser.add_argument("--warmup", type=int, default=10, help="unmeasured runs before each length")
     parser.add_argument("--states", default="grows,small", help="state shapes to measure")
+    parser.add_argument("--paths", default="sync,async", help="API paths to measure: sync (agent.run), "
+                        "async (await agent.arun)")
     parser.add_argument("--skip-sqlite", action="store_true")
     parser.add_argument("--profile", type=int, metavar="LENGTH", help="cProfile the runs at this length (SQLite)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: the database URL of a child
@@ -84,7 +90,7 @@ def main() -> None:
 
 def run_child(args, url: str, capture: bool = True) -> list[dict]:
     command = [sys.executable, __file__, "--child", url, "--lengths", args.lengths, "--runs", str(args.runs),
-               "--warmup", str(args.warmup), "--states", args.states]
+               "--warmup", str(args.warmup), "--states", args.states, "--paths", args.paths]
     if args.profile is not None:
         command += ["--profile", str(args.profile)]
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}
@@ -99,35 +105,35 @@ def run_child(args, url: str, capture: bool = True) -> list[dict]:
 def print_table(results: list[dict], args) -> None:
     print(f"\nEngine time per run (ms): run minus bare-openai baseline, {args.runs} runs per row, "
           "each run = 2 model calls (tool call, then text) + 1 state tool call")
-    header = ("backend", "state", "earlier runs", "own median", "own p95", "own CPU median", "own CPU p95",
-              "run median", "baseline median", "SQL/run")
+    header = ("backend", "path", "state", "earlier runs", "own median", "own p95", "own CPU median",
+              "own CPU p95", "run median", "baseline median", "SQL/run")
     rows = [header]
     for row in results:
-        rows.append((row["backend"], row["state"], f"{row['length']:,}", f"{row['own_median']:.2f}",
+        rows.append((row["backend"], row["path"], row["state"], f"{row['length']:,}", f"{row['own_median']:.2f}",
                      f"{row['own_p95']:.2f}", f"{row['cpu_median']:.2f}", f"{row['cpu_p95']:.2f}",
-                     f"{row['run_median']:.2f}", f"{row['baseline_median']:.2f}",
-                     str(row["queries"])))
+                     f"{row['run_median']:.2f}", f"{row['baseline_median']:.2f}", str(row["queries"])))
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for number, row in enumerate(rows):
-        print("| " + " | ".join(cell.rjust(width) for cell, width in zip(row, widths)) + " |")
+        print("| " + " | ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) + " |")
         if number == 0:
             print("|" + "|".join("-" * (width + 2) for width in widths) + "|")
-    for backend in dict.fromkeys(row["backend"] for row in results):
-        for state in dict.fromkeys(row["state"] for row in results):
-            mine = [row for row in results if row["backend"] == backend and row["state"] == state]
-            if len(mine) > 1:
-                first, last = mine[0], mine[-1]
-                print(f"{backend}, state {state}, {first['length']:,} -> {last['length']:,} earlier runs: own "
-                      f"median {first['own_median']:.2f} -> {last['own_median']:.2f} ms, own CPU "
-                      f"{first['cpu_median']:.2f} -> {last['cpu_median']:.2f} ms, SQL/run "
-                      f"{first['queries']} -> {last['queries']}")
-    sqlite = [row for row in results if row["backend"].startswith("SQLite")]
-    if sqlite:
-        worst = max(row["own_median"] for row in sqlite)
-        worst_cpu = max(row["cpu_median"] for row in sqlite)
-        verdict = "met" if worst < TARGET_MS else "MISSED"
-        print(f"Target: under {TARGET_MS:g} ms per run on SQLite at every length: {verdict} (worst own median "
-              f"{worst:.2f} ms wall, {worst_cpu:.2f} ms CPU)")
+    groups = dict.fromkeys((row["backend"], row["path"], row["state"]) for row in results)
+    for backend, path, state in groups:
+        mine = [row for row in results if (row["backend"], row["path"], row["state"]) == (backend, path, state)]
+        if len(mine) > 1:
+            first, last = mine[0], mine[-1]
+            print(f"{backend}, {path}, state {state}, {first['length']:,} -> {last['length']:,} earlier runs: own "
+                  f"median {first['own_median']:.2f} -> {last['own_median']:.2f} ms, own CPU "
+                  f"{first['cpu_median']:.2f} -> {last['cpu_median']:.2f} ms, SQL/run "
+                  f"{first['queries']} -> {last['queries']}")
+    for path in dict.fromkeys(row["path"] for row in results):
+        sqlite = [row for row in results if row["backend"] == "SQLite" and row["path"] == path]
+        if sqlite:
+            worst = max(row["own_median"] for row in sqlite)
+            worst_cpu = max(row["cpu_median"] for row in sqlite)
+            verdict = "met" if worst < TARGET_MS else "MISSED"
+            print(f"Target: under {TARGET_MS:g} ms per run on SQLite at every length, {path} path: {verdict} "
+                  f"(worst own median {worst:.2f} ms wall, {worst_cpu:.2f} ms CPU)")
     print(f"Load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall figures suffer "
           "when other work shares the machine)")
 
@@ -154,9 +160,11 @@ def child(args) -> None:
         lengths = [int(value) for value in args.lengths.split(",") if value]
         states = [value for value in args.states.split(",") if value]
         if args.profile is not None:
-            asyncio.run(profile(args.profile, args.runs, args.warmup, grows=states[0] == "grows"))
+            profile(args.profile, args.runs, args.warmup, grows=states[0] == "grows")
             return
-        rows = asyncio.run(measure_all(lengths, states, args.runs, args.warmup))
+        rows = []
+        for path in [value for value in args.paths.split(",") if value]:
+            rows += measure_all(path, lengths, states, args.runs, args.warmup)
     finally:
         from django.db import connections
 
@@ -264,7 +272,12 @@ def prefill(agent, session_id: str, length: int, grows: bool) -> None:
             cursor.execute("ANALYZE")
 
 
-async def measure_all(lengths: list[int], states: list[str], runs: int, warmup: int) -> list[dict]:
+def measure_all(path: str, lengths: list[int], states: list[str], runs: int, warmup: int) -> list[dict]:
+    """Time `runs` runs per (state, length) through one API path, each followed by its baseline.
+
+    Everything is driven from this (main) thread. The async path runs each `agent.arun` on an event
+    loop of this thread, so the engine hands its blocking steps to asgiref's executor thread as it
+    does under daphne; the sync path calls `agent.run` with no loop running."""
     import openai
     from asgiref.sync import sync_to_async
     from django.db import connections
@@ -272,12 +285,15 @@ async def measure_all(lengths: list[int], states: list[str], runs: int, warmup: 
 
     from sessions_core.llm import OpenAIChat
 
+    if path not in ("sync", "async"):
+        raise SystemExit(f"unknown path {path!r}: use sync or async")
+    loop = asyncio.new_event_loop()
     server = start_server()
     model = OpenAIChat(id="bench-model", base_url=server.base_url, api_key="bench", max_retries=0)
     agent = make_agent(model)
     client = openai.AsyncOpenAI(base_url=server.base_url, api_key="bench", max_retries=0)
 
-    async def baseline(bodies: list[dict]) -> None:
+    async def replay(bodies: list[dict]) -> None:
         for body in bodies:
             request = {key: value for key, value in body.items() if key not in ("stream", "stream_options")}
             async with client.chat.completions.with_streaming_response.create(
@@ -286,56 +302,68 @@ async def measure_all(lengths: list[int], states: list[str], runs: int, warmup: 
                 async for _line in response.iter_lines():
                     pass
 
-    async def one_run(session_id: str) -> tuple[float, float, float, float]:
+    if path == "sync":
+        def run(session_id: str):
+            return agent.run(PROMPT, session_id=session_id)
+
+        def on_engine_thread(fn, *args):
+            return fn(*args)
+    else:
+        def run(session_id: str):
+            return loop.run_until_complete(agent.arun(PROMPT, session_id=session_id))
+
+        def on_engine_thread(fn, *args):  # the executor thread, where the engine's connection lives
+            return loop.run_until_complete(sync_to_async(fn)(*args))
+
+    def one_run(session_id: str) -> tuple[float, float, float, float]:
         """(run wall ms, baseline wall ms, run CPU ms, baseline CPU ms); CPU is the whole process's."""
         mark = len(server.requests)
         started, started_cpu = time.perf_counter(), time.process_time()
-        output = await agent.arun(PROMPT, session_id=session_id)
+        output = run(session_id)
         ran, ran_cpu = time.perf_counter(), time.process_time()
         assert output.status == "completed", output.error
         bodies = server.requests[mark:]
         assert len(bodies) == 2, len(bodies)
-        await baseline(bodies)
+        loop.run_until_complete(replay(bodies))
         done, done_cpu = time.perf_counter(), time.process_time()
         return (ran - started) * 1000, (done - ran) * 1000, (ran_cpu - started_cpu) * 1000, (done_cpu - ran_cpu) * 1000
 
-    # The engine's database work happens on asgiref's thread-sensitive executor thread: count there.
-    connection = await sync_to_async(lambda: connections["default"])()
-
+    connection = on_engine_thread(lambda: connections["default"])
     rows = []
     try:
         for state in states:
             for length in lengths:
-                session_id = f"bench-{state}-{length}"
+                session_id = f"bench-{path}-{state}-{length}"
                 started = time.perf_counter()
-                await sync_to_async(prefill)(agent, session_id, length, state == "grows")
-                print(f"  {state} {length:>6,}: prefilled in {time.perf_counter() - started:.1f} s",
+                on_engine_thread(prefill, agent, session_id, length, state == "grows")
+                print(f"  {path} {state} {length:>6,}: prefilled in {time.perf_counter() - started:.1f} s",
                       file=sys.stderr, flush=True)
                 for _ in range(warmup):
-                    await one_run(session_id)
+                    one_run(session_id)
                 run_ms, base_ms, own_ms, own_cpu = [], [], [], []
                 for _ in range(runs):
-                    run, base, run_cpu, base_cpu = await one_run(session_id)
-                    run_ms.append(run)
-                    base_ms.append(base)
-                    own_ms.append(run - base)
+                    run_wall, base_wall, run_cpu, base_cpu = one_run(session_id)
+                    run_ms.append(run_wall)
+                    base_ms.append(base_wall)
+                    own_ms.append(run_wall - base_wall)
                     own_cpu.append(run_cpu - base_cpu)
                 capture = CaptureQueriesContext(connection)
-                await sync_to_async(capture.__enter__)()
-                await agent.arun(PROMPT, session_id=session_id)
-                await sync_to_async(capture.__exit__)(None, None, None)
+                on_engine_thread(capture.__enter__)
+                run(session_id)
+                on_engine_thread(capture.__exit__, None, None, None)
                 rows.append({
-                    "state": state, "length": length, "queries": len(capture.captured_queries),
+                    "path": path, "state": state, "length": length, "queries": len(capture.captured_queries),
                     "own_median": statistics.median(own_ms), "own_p95": percentile(own_ms, 95),
                     "run_median": statistics.median(run_ms), "baseline_median": statistics.median(base_ms),
                     "cpu_median": statistics.median(own_cpu), "cpu_p95": percentile(own_cpu, 95),
                 })
-                print(f"  {state} {length:>6,}: own {rows[-1]['own_median']:.2f} ms median, "
+                print(f"  {path} {state} {length:>6,}: own {rows[-1]['own_median']:.2f} ms median, "
                       f"{rows[-1]['queries']} queries", file=sys.stderr, flush=True)
     finally:
-        await client.close()
+        loop.run_until_complete(client.close())
         server.stop()
-        await sync_to_async(connections.close_all)()
+        on_engine_thread(connections.close_all)
+        loop.close()
     return rows
 
 
@@ -344,41 +372,33 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * len(ordered)) - 1))]
 
 
-async def profile(length: int, runs: int, warmup: int, grows: bool) -> None:
-    """cProfile of `runs` engine runs (no baseline) with DB calls inline on the loop's thread."""
+def profile(length: int, runs: int, warmup: int, grows: bool) -> None:
+    """cProfile of `runs` sync-path engine runs (no baseline): each runs wholly on this thread."""
     import cProfile
     import pstats
 
-    from asgiref.sync import sync_to_async
     from django.db import connections
 
-    from sessions_core import bridge
     from sessions_core.llm import OpenAIChat
-
-    async def inline(fn, args, kwargs):
-        return fn(*args, **kwargs)
-
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # the ORM on the loop's thread: profiling only
 
     server = start_server()
     agent = make_agent(OpenAIChat(id="bench-model", base_url=server.base_url, api_key="bench", max_retries=0))
     session_id = f"bench-profile-{length}"
-    await sync_to_async(prefill)(agent, session_id, length, grows)
-    bridge._runner.set(inline)  # the engine's blocking calls now run right here, where the profiler looks
+    prefill(agent, session_id, length, grows)
     try:
         for _ in range(warmup):
-            await agent.arun(PROMPT, session_id=session_id)
+            agent.run(PROMPT, session_id=session_id)
         profiler = cProfile.Profile()
         started = time.perf_counter()
         profiler.enable()
         for _ in range(runs):
-            await agent.arun(PROMPT, session_id=session_id)
+            agent.run(PROMPT, session_id=session_id)
         profiler.disable()
         elapsed = (time.perf_counter() - started) * 1000 / runs
     finally:
         server.stop()
-        await sync_to_async(connections.close_all)()
-    print(f"{runs} runs at {length:,} earlier runs: {elapsed:.2f} ms per run (with DB inline, profiler on)")
+        connections.close_all()
+    print(f"{runs} runs at {length:,} earlier runs: {elapsed:.2f} ms per run (profiler on)")
     stats = pstats.Stats(profiler)
     stats.sort_stats("tottime").print_stats(40)
     stats.sort_stats("cumulative").print_stats(80)
