@@ -134,14 +134,14 @@ def _close_retired(loop: asyncio.AbstractEventLoop, closers: list) -> None:
 
 class _InThread:
     """Drives one async iterator on this thread's loop. The loop runs until the core has something
-    for the caller (a job to run, an item, its end); jobs then run here with no loop running, which
-    is what Django's ORM asks of a sync caller."""
+    for the caller (an item, a job to run, its end); jobs then run here with no loop running, which
+    is what Django's ORM asks of a sync caller. Items and jobs are taken in the order they came, so
+    the caller sees every event before the core's next blocking step (storing the run's end, say)."""
 
     def __init__(self, make_iterator: Callable[[], AsyncIterator]):
         self.make_iterator = make_iterator
         self.loop = _thread_loop.get()
-        self.jobs: deque = deque()
-        self.produced: deque = deque()
+        self.inbox: deque = deque()  # ("item", value) and ("job", (fn, args, kwargs, future)), in order
         self.wake: asyncio.Future | None = None
 
     def _poke(self, *_) -> None:
@@ -150,31 +150,32 @@ class _InThread:
 
     async def _runner(self, fn, args, kwargs):
         future = self.loop.create_future()
-        self.jobs.append((fn, args, kwargs, future))
+        self.inbox.append(("job", (fn, args, kwargs, future)))
         self._poke()
         return await future
 
     async def _pump(self) -> None:
         _runner.set(self._runner)
         async for item in self.make_iterator():
-            self.produced.append(item)
+            self.inbox.append(("item", item))
             self._poke()
 
-    def _step(self, task: asyncio.Task) -> None:
-        """Run the loop until there is something to do, then run the jobs that are waiting."""
-        if not (self.jobs or self.produced or task.done()):
+    def _wait(self, task: asyncio.Task) -> None:
+        """Run the loop until the core has something for this thread (or has ended)."""
+        if not (self.inbox or task.done()):
             self.wake = self.loop.create_future()
             self.loop.run_until_complete(self.wake)
-        while self.jobs:
-            fn, args, kwargs, future = self.jobs.popleft()
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:  # handed back to the coroutine that asked
-                if not future.done():
-                    future.set_exception(exc)
-            else:
-                if not future.done():
-                    future.set_result(result)
+
+    @staticmethod
+    def _serve(fn, args, kwargs, future: asyncio.Future) -> None:
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:  # handed back to the coroutine that asked
+            if not future.done():
+                future.set_exception(exc)
+        else:
+            if not future.done():
+                future.set_result(result)
 
     def items(self) -> Iterator:
         task = self.loop.create_task(self._pump())
@@ -182,11 +183,14 @@ class _InThread:
         finished = False
         try:
             while True:
-                self._step(task)
-                while self.produced:
-                    yield self.produced.popleft()
-                if task.done() and not self.jobs:
-                    break
+                self._wait(task)
+                if not self.inbox:
+                    break  # the core has ended
+                kind, payload = self.inbox.popleft()
+                if kind == "job":
+                    self._serve(*payload)
+                else:
+                    yield payload
             finished = True
             if not task.cancelled() and task.exception() is not None:
                 raise task.exception()
@@ -194,9 +198,13 @@ class _InThread:
             if not finished:
                 # The caller stopped early (or was interrupted): cancel the core, serve its clean-up jobs.
                 task.cancel()
-                while not task.done() or self.jobs:
-                    self.produced.clear()
-                    self._step(task)
+                while True:
+                    self._wait(task)
+                    if not self.inbox:
+                        break
+                    kind, payload = self.inbox.popleft()
+                    if kind == "job":
+                        self._serve(*payload)
 
 
 def _on_helper_thread(make_iterator: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
