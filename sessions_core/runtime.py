@@ -333,36 +333,47 @@ class RunLoop:
             delay = min(delay * 2, 0.25)
 
     def _start_sync(self) -> _Start:
-        agent, alias, now = self.agent, self.alias, timezone.now()
-        with RunStore(alias) as store, transaction.atomic(using=alias):
-            session = self._load_for_run(store, now) or self._create_session(store, now)
-            if session.lease_live:
-                return _Start(busy=True, session_pk=session.pk)
-            elif session.lease_token:
-                # The process that held the lease stopped renewing it: its run is over.
-                Run.objects.using(alias).filter(session_id=session.pk, status=RunStatus.RUNNING).update(
-                    status=RunStatus.INTERRUPTED, finished_at=now,
-                    error="The process running this run stopped before it finished.",
-                )
-            start = _Start(session_pk=session.pk, base_version=session.state_version, summary=session.summary)
-            self._merge_state(start, session.state_text)
-            history = []
-            if self.options["add_history_to_context"]:
-                history = history_module.history(
-                    store, session.pk, self.options["num_history_runs"], self.options["num_history_messages"]
-                )
-            start.history = history
-            start.run_pk = store.insert_run(
-                run_id=self.run_id, session_pk=session.pk, component_id=agent.id, input=self.input,
-                model_id=self.model.id, now=now,
-                history_seqs=[m.seq for m in history] if self.options["store_history_messages"] else None,
+        alias, now = self.alias, timezone.now()
+        with RunStore(alias) as store:
+            with store.atomic():
+                session = self._load_for_run(store, now)
+                if session is not None:
+                    return self._start_on(store, session, now)
+            # A new session: made with the ORM, inside Django's transaction (a lost race rolls back a savepoint).
+            with transaction.atomic(using=alias):
+                session = self._load_for_run(store, now) or self._create_session(store, now)
+                return self._start_on(store, session, now)
+
+    def _start_on(self, store: RunStore, session: SessionRow, now) -> _Start:
+        """The start step on a loaded, locked session: the lease, the run row and its first messages."""
+        agent, alias = self.agent, self.alias
+        if session.lease_live:
+            return _Start(busy=True, session_pk=session.pk)
+        elif session.lease_token:
+            # The process that held the lease stopped renewing it: its run is over.
+            Run.objects.using(alias).filter(session_id=session.pk, status=RunStatus.RUNNING).update(
+                status=RunStatus.INTERRUPTED, finished_at=now,
+                error="The process running this run stopped before it finished.",
             )
-            system = self._system_message(start)
-            first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
-            first.append(ChatMessage(role=Role.USER, content=self.input))
-            self.last_seq = self._insert_messages(store, session.pk, start.run_pk, first, session.last_seq, now)
-            self.output.messages = first[:-1] + history + first[-1:]
-            store.take_lease(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq)
+        start = _Start(session_pk=session.pk, base_version=session.state_version, summary=session.summary)
+        self._merge_state(start, session.state_text)
+        history = []
+        if self.options["add_history_to_context"]:
+            history = history_module.history(
+                store, session.pk, self.options["num_history_runs"], self.options["num_history_messages"]
+            )
+        start.history = history
+        start.run_pk = store.insert_run(
+            run_id=self.run_id, session_pk=session.pk, component_id=agent.id, input=self.input,
+            model_id=self.model.id, now=now,
+            history_seqs=[m.seq for m in history] if self.options["store_history_messages"] else None,
+        )
+        system = self._system_message(start)
+        first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
+        first.append(ChatMessage(role=Role.USER, content=self.input))
+        self.last_seq = self._insert_messages(store, session.pk, start.run_pk, first, session.last_seq, now)
+        self.output.messages = first[:-1] + history + first[-1:]
+        store.take_lease(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq)
         return start
 
     def _create_session(self, store: RunStore, now) -> SessionRow:
@@ -438,7 +449,8 @@ class RunLoop:
         sources = (state_for_templates, self.options["dependencies"], self.options["metadata"],
                    {"user_id": self.user_id} if self.user_id else {})
         if agent.system_message is not None:
-            return state_module.render(str(agent.system_message), *sources) if agent.resolve_in_context else str(agent.system_message)
+            text = str(agent.system_message)
+            return state_module.render(text, *sources) if agent.resolve_in_context else text
         parts = []
         if agent.description:
             parts.append(agent.description)
@@ -698,26 +710,30 @@ class RunLoop:
     def _finish_sync(self, status, error, keep_state, messages) -> tuple[dict, int]:
         """Store the outcome. A failed run keeps the state as it was; otherwise the state as of the
         run's last recorded change is stored (written only if it changed)."""
-        now, alias, session_pk = timezone.now(), self.alias, self.start.session_pk
+        now, alias = timezone.now(), self.alias
         changes = list(self.start.changes) + self.changes if keep_state else []
-        with RunStore(alias) as store, transaction.atomic(using=alias):
-            # The usual case in one statement: this run still holds the lease (so it knows last_seq) and
-            # nobody changed the state meanwhile (so its changes apply as they are).
-            version = self.start.base_version + len(changes)
-            released = store.release_lease(
-                session_pk, self.lease_token, self.start.base_version, now, self.last_seq + len(messages),
-                self.state_text if changes else None, version,
-            )
-            if released:
-                last_seq = self.last_seq
-                if changes and self.snapshot is not None:
-                    state = self.snapshot  # the run is over: the caller may have it
-                else:
-                    state = json.loads(self.state_text if changes else self.start.base_text)
-            else:
+        with RunStore(alias) as store:
+            with store.atomic():
+                # The usual case in one statement: this run still holds the lease (so it knows last_seq)
+                # and nobody changed the state meanwhile (so its changes apply as they are).
+                version = self.start.base_version + len(changes)
+                if store.release_lease(
+                    self.start.session_pk, self.lease_token, self.start.base_version, now,
+                    self.last_seq + len(messages), self.state_text if changes else None, version,
+                ):
+                    if changes and self.snapshot is not None:
+                        state = self.snapshot  # the run is over: the caller may have it
+                    else:
+                        state = json.loads(self.state_text if changes else self.start.base_text)
+                    self._write_rows(store, status, error, changes, version - len(changes), messages,
+                                     self.last_seq, now, version)
+                    return state, version
+            # The lease was lost or the state was edited during the run: merge with the ORM.
+            with transaction.atomic(using=alias):
                 state, version, changes, last_seq = self._finish_contended(keep_state, changes, messages, now)
-            self._write_rows(store, status, error, changes, version - len(changes), messages, last_seq, now, version)
-        return state, version
+                self._write_rows(store, status, error, changes, version - len(changes), messages, last_seq, now,
+                                 version)
+            return state, version
 
     def _finish_contended(self, keep_state, changes, messages, now):
         """The lease was lost or the state was edited during the run: lock the row and merge onto it."""
