@@ -8,11 +8,12 @@ from unittest import mock
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test import TestCase, TransactionTestCase, override_settings
 from django.utils import timezone
 
-from sessions_core import search
+from sessions_core import Agent, search
+from sessions_core.llm import OfflineModel
 from sessions_core.models import ChatSession, Message, Run
 from sessions_core.search import InvalidCursor, parse_query, search_sessions
 from tests.factories import make_run, make_session
@@ -65,6 +66,9 @@ class TestQueryParsing(TestCase):
         for name in ("TS_CONFIG", "INDEXED_CHARS", "MARKUP_CHARS", "MARKUP_STANDINS"):
             assert getattr(migration, name) == getattr(search, name)
         assert migration.SEARCHED_ROLES == str(tuple(str(r) for r in search.SEARCHED_ROLES))
+        lazy = importlib.import_module("sessions_core.migrations.0005_message_fts_lazy")
+        assert (lazy.MESSAGE_FTS, lazy.MARK, lazy.SEARCHED_ROLES) == (
+            search.MESSAGE_FTS, search.MESSAGE_FTS_MARK, migration.SEARCHED_ROLES)
 
 
 class TestTitlesAndContent(SearchTestCase):
@@ -247,6 +251,7 @@ class TestIndexStaysInStep(SearchTestCase):
     def test_a_hard_delete_removes_the_session_and_its_messages_from_the_index(self):
         session = make_session(self.alice, name="Ephemeral")
         make_run(session, "walrus facts", "walrus reply")
+        assert names(search_sessions(self.alice, "walrus").message_hits) == ["Ephemeral", "Ephemeral"]
         session.delete()
         assert search_sessions(self.alice, "walrus").is_empty
         assert search_sessions(self.alice, "ephemeral").is_empty
@@ -359,7 +364,8 @@ class TestMigration(TransactionTestCase):
         if connection.vendor == "postgresql":
             assert expected == {"message_search_vector_idx", "session_name_trgm_idx", "search_vector"}
         else:
-            assert {search.MESSAGE_FTS, search.NAME_TRIGRAMS, "sessions_core_message_fts_ai"} <= expected
+            assert {search.MESSAGE_FTS, search.MESSAGE_FTS_MARK, search.NAME_TRIGRAMS} <= expected
+            assert "sessions_core_message_fts_ai" not in expected
         try:
             call_command("migrate", "sessions_core", "0001", verbosity=0)
             assert self.search_objects() == set()
@@ -371,3 +377,172 @@ class TestMigration(TransactionTestCase):
         page = search_sessions(alice, "platypus")
         assert names(page.message_hits) == ["Written before the index"]
         assert names(search_sessions(alice, "index").title_hits) == ["Written before the index"]
+
+    def test_going_back_to_0004_indexes_what_no_search_had_and_coming_back_marks_everything_indexed(self):
+        if connection.vendor != "sqlite":
+            self.skipTest("SQLite only: PostgreSQL's index is a generated column")
+        alice = make_user("alice")
+        session = make_session(alice, name="Zoo")
+        emu = make_run(session, "the indexed emu", None).messages.get()
+        assert [hit.message_id for hit in search_sessions(alice, "emu").message_hits] == [emu.pk]
+        waiting = make_run(session, "a waiting platypus", None).messages.get()
+        assert indexed_ids() == {emu.pk}
+        try:
+            call_command("migrate", "sessions_core", "0004", verbosity=0)
+            assert message_triggers() == {"sessions_core_message_fts_ai", "sessions_core_message_fts_ad",
+                                          "sessions_core_message_fts_au"}
+            assert search.MESSAGE_FTS_MARK not in self.search_objects()
+            assert indexed_ids() == {emu.pk, waiting.pk}
+            assert_index_is_exact()
+            at_0004 = make_run(session, "a wombat while the insert trigger is back", None).messages.get()
+            assert at_0004.pk in indexed_ids()  # indexed by the trigger, no search needed
+        finally:
+            call_command("migrate", "sessions_core", verbosity=0)
+        assert message_triggers() == {"sessions_core_message_fts_ad", "sessions_core_message_fts_au"}
+        assert indexed_upto() == at_0004.pk
+        assert_index_is_exact()
+        later = make_run(session, "a later quoll", None).messages.get()
+        assert later.pk not in indexed_ids()
+        for word, message in [("platypus", waiting), ("wombat", at_0004), ("quoll", later)]:
+            assert [hit.message_id for hit in search_sessions(alice, word).message_hits] == [message.pk]
+        assert_index_is_exact()
+
+
+# -- SQLite: messages are indexed by the search that first reads them (migration 0005) ---------------
+
+TOKENIZE = "porter unicode61 remove_diacritics 2"  # as migration 0002 made the message index
+
+
+def indexed_upto() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT indexed_upto FROM {search.MESSAGE_FTS_MARK}")
+        return cursor.fetchone()[0]
+
+
+def message_triggers() -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'sessions_core_message'")
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The SQLite varint at `at`: (its value, where the next one starts)."""
+    value = 0
+    for i in range(at, at + 8):
+        value = (value << 7) | (data[i] & 0x7F)
+        if data[i] < 0x80:
+            return value, i + 1
+    return (value << 8) | data[at + 8], at + 9
+
+
+def fts_contents(cursor, schema: str, table: str) -> tuple[int, int, list]:
+    """What an FTS5 table has indexed: its count of rows and of tokens (the averages record, which bm25
+    ranking reads) and every (term, rowid, position). Read after a commit: FTS5 writes the counts then."""
+    cursor.execute(f"SELECT block FROM {schema}.{table}_data WHERE id = 1")
+    block = (cursor.fetchone() or [b"\0\0"])[0]
+    rows, at = _varint(block, 0)
+    tokens = _varint(block, at)[0]
+    cursor.execute(f"CREATE VIRTUAL TABLE temp.instances USING fts5vocab({schema}, {table}, instance)")
+    try:
+        cursor.execute("SELECT term, doc, offset FROM temp.instances ORDER BY term, doc, offset")
+        return rows, tokens, cursor.fetchall()
+    finally:
+        cursor.execute("DROP TABLE temp.instances")
+
+
+def indexed_ids() -> set[int]:
+    with connection.cursor() as cursor:
+        return {doc for _, doc, _ in fts_contents(cursor, "main", search.MESSAGE_FTS)[2]}
+
+
+def assert_index_is_exact():
+    """The message index holds exactly what indexing the user and assistant messages up to the mark
+    (all of them without a mark) from scratch gives. FTS5's integrity-check does not compare an
+    external-content index with its table: it passes after a 'delete' of a row never indexed, or with
+    the wrong text, or a row indexed twice. The counts and the term list catch those."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {search.MESSAGE_FTS}({search.MESSAGE_FTS}) VALUES ('integrity-check')")
+        upto = f"AND id <= (SELECT indexed_upto FROM {search.MESSAGE_FTS_MARK})"
+        if search.MESSAGE_FTS_MARK not in connection.introspection.table_names(cursor):
+            upto = ""
+        cursor.execute(f"CREATE VIRTUAL TABLE temp.reference USING fts5(content, tokenize='{TOKENIZE}')")
+        try:
+            cursor.execute("INSERT INTO temp.reference(rowid, content) SELECT id, content FROM sessions_core_message"
+                           f" WHERE role IN ('user', 'assistant') {upto}")
+            assert fts_contents(cursor, "main", search.MESSAGE_FTS) == fts_contents(cursor, "temp", "reference")
+        finally:
+            cursor.execute("DROP TABLE temp.reference")
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite only: PostgreSQL's index is a generated column")
+class TestMessagesAreIndexedBySearch(TransactionTestCase):
+    """Every statement commits here, so the FTS5 counts on disk are current when a test reads them."""
+
+    def setUp(self):
+        self.alice = make_user("alice")
+        self.session = make_session(self.alice, name="Notes")
+
+    def found(self, query: str) -> list[int]:
+        return [hit.message_id for hit in search_sessions(self.alice, query).message_hits]
+
+    def test_a_run_leaves_its_messages_to_the_next_search(self):
+        agent = Agent(model=OfflineModel(), instructions="Never mention the quokka.")
+        agent.run("Tell me about the quokka", session_id="quokka-chat", user_id="alice")
+        messages = dict(Message.objects.filter(session__session_id="quokka-chat").values_list("role", "pk"))
+        assert messages.keys() == {"system", "user", "assistant"}
+        assert indexed_ids() == set()  # the run's transaction never wrote the index
+        assert indexed_upto() < min(messages.values())
+        assert messages["user"] in self.found("quokka")
+        assert indexed_upto() == max(messages.values())
+        assert indexed_ids() == {messages["user"], messages["assistant"]}
+        assert_index_is_exact()
+
+    def test_edits_and_deletes_keep_the_index_exact_whether_a_search_indexed_the_message_or_not(self):
+        indexed = make_run(self.session, "apricot jam", "boil the apricots")
+        assert len(self.found("apricot")) == 2
+        waiting = make_run(self.session, "damson gin", "sloe gin")
+        assert indexed_upto() < min(waiting.messages.values_list("pk", flat=True))
+        for run, text in [(indexed, "quince paste"), (waiting, "medlar jelly")]:
+            run.messages.filter(role="user").update(content=text)
+            run.messages.filter(role="assistant").delete()
+        assert_index_is_exact()  # before any search: the triggers alone
+        assert self.found("apricot") == [] and self.found("damson") == [] and self.found("gin") == []
+        assert self.found("quince") == [indexed.messages.get().pk]
+        assert self.found("medlar") == [waiting.messages.get().pk]
+        assert_index_is_exact()
+
+    def test_system_and_tool_messages_are_never_indexed(self):
+        system = add_message(self.session, "system", "You are zanzibar, a helpful assistant.")
+        user = make_run(self.session, "where is zanzibar", None).messages.get()
+        tool = add_message(self.session, "tool", "zanzibar added")
+        assert self.found("zanzibar") == [user.pk]
+        assert indexed_upto() == tool.pk  # looked at, and skipped
+        Message.objects.filter(pk=system.pk).update(content="You are zanzibar, still.")
+        assert indexed_ids() == {user.pk}
+        assert_index_is_exact()
+
+    def test_of_two_searches_that_saw_the_same_new_messages_the_second_indexes_nothing(self):
+        message = make_run(self.session, "a lone narwhal", None).messages.get()
+
+        def the_other_search_first(using):
+            """Between this search's check and its catch-up, another search indexes everything."""
+            with mock.patch.object(search, "transaction", transaction):
+                search._index_new_messages(using)
+            return transaction.atomic(using=using)
+
+        with mock.patch.object(search, "transaction", mock.Mock(atomic=the_other_search_first)):
+            assert self.found("narwhal") == [message.pk]
+        assert_index_is_exact()  # indexed once
+
+    def test_after_a_flush_the_ids_start_again_and_are_still_indexed(self):
+        for word in ["alpha", "beta", "gamma"]:
+            make_run(self.session, f"{word} words", f"{word} reply")
+        assert len(self.found("alpha")) == 2
+        assert indexed_upto() >= 6
+        call_command("flush", interactive=False, verbosity=0)  # resets the id sequences too
+        assert indexed_upto() == 0
+        alice = make_user("alice")
+        message = make_run(make_session(alice, name="Again"), "a fresh marmot", None).messages.get()
+        assert message.pk == 1
+        assert [hit.message_id for hit in search_sessions(alice, "marmot").message_hits] == [1]
+        assert_index_is_exact()
