@@ -379,41 +379,65 @@ class TestMigration(TransactionTestCase):
         assert names(search_sessions(alice, "index").title_hits) == ["Written before the index"]
 
     def test_going_back_to_0004_indexes_what_no_search_had_and_coming_back_marks_everything_indexed(self):
-        if connection.vendor != "sqlite":
-            self.skipTest("SQLite only: PostgreSQL's index is a generated column")
+        """SQLite: 0005 reversed indexes the messages no search had read and brings the insert trigger back;
+        applied again, it marks them all indexed. PostgreSQL: 0005 does nothing either way, and every user
+        and assistant message is indexed as it is written, at 0004 as after it."""
+        search_objects = self.search_objects()
         alice = make_user("alice")
         session = make_session(alice, name="Zoo")
         emu = make_run(session, "the indexed emu", None).messages.get()
         assert [hit.message_id for hit in search_sessions(alice, "emu").message_hits] == [emu.pk]
         waiting = make_run(session, "a waiting platypus", None).messages.get()
-        assert indexed_ids() == {emu.pk}
+        if LAZY_INDEX:
+            assert indexed_ids() == {emu.pk}
+        else:
+            assert indexed_ids() == {emu.pk, waiting.pk}  # the generated column, filled by the insert
         try:
             call_command("migrate", "sessions_core", "0004", verbosity=0)
-            assert message_triggers() == {"sessions_core_message_fts_ai", "sessions_core_message_fts_ad",
-                                          "sessions_core_message_fts_au"}
-            assert search.MESSAGE_FTS_MARK not in self.search_objects()
+            if LAZY_INDEX:
+                assert message_triggers() == {"sessions_core_message_fts_ai", "sessions_core_message_fts_ad",
+                                              "sessions_core_message_fts_au"}
+                assert search.MESSAGE_FTS_MARK not in self.search_objects()
+            else:
+                assert message_triggers() == set()
+                assert self.search_objects() == search_objects == {
+                    "message_search_vector_idx", "session_name_trgm_idx", "search_vector"}
             assert indexed_ids() == {emu.pk, waiting.pk}
             assert_index_is_exact()
             at_0004 = make_run(session, "a wombat while the insert trigger is back", None).messages.get()
-            assert at_0004.pk in indexed_ids()  # indexed by the trigger, no search needed
+            assert at_0004.pk in indexed_ids()  # indexed as it was written, no search needed
+            if not LAZY_INDEX:  # search works at 0004 (on SQLite it would look for 0005's mark table)
+                assert [hit.message_id for hit in search_sessions(alice, "wombat").message_hits] == [at_0004.pk]
         finally:
             call_command("migrate", "sessions_core", verbosity=0)
-        assert message_triggers() == {"sessions_core_message_fts_ad", "sessions_core_message_fts_au"}
-        assert indexed_upto() == at_0004.pk
+        if LAZY_INDEX:
+            assert message_triggers() == {"sessions_core_message_fts_ad", "sessions_core_message_fts_au"}
+            assert indexed_upto() == at_0004.pk
+        else:
+            assert message_triggers() == set()
+        assert self.search_objects() == search_objects
         assert_index_is_exact()
         later = make_run(session, "a later quoll", None).messages.get()
-        assert later.pk not in indexed_ids()
+        if LAZY_INDEX:
+            assert later.pk not in indexed_ids()
+        else:
+            assert later.pk in indexed_ids()
         for word, message in [("platypus", waiting), ("wombat", at_0004), ("quoll", later)]:
             assert [hit.message_id for hit in search_sessions(alice, word).message_hits] == [message.pk]
         assert_index_is_exact()
 
 
-# -- SQLite: messages are indexed by the search that first reads them (migration 0005) ---------------
+# -- When messages are indexed ------------------------------------------------------------------------
+# SQLite: by the search that first reads them (migration 0005). PostgreSQL: as they are written (a STORED
+# generated tsvector column, `search_vector`, NULL for system and tool rows); 0005 changes nothing there.
 
+LAZY_INDEX = connection.vendor == "sqlite"
 TOKENIZE = "porter unicode61 remove_diacritics 2"  # as migration 0002 made the message index
 
 
 def indexed_upto() -> int:
+    """SQLite only: every message id up to this one has been looked at by the catch-up."""
+    assert LAZY_INDEX
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT indexed_upto FROM {search.MESSAGE_FTS_MARK}")
         return cursor.fetchone()[0]
@@ -421,7 +445,12 @@ def indexed_upto() -> int:
 
 def message_triggers() -> set[str]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'sessions_core_message'")
+        if LAZY_INDEX:
+            cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"
+                           " AND tbl_name = 'sessions_core_message'")
+        else:  # the user's triggers, not the ones PostgreSQL makes for foreign keys
+            cursor.execute("SELECT tgname FROM pg_trigger WHERE tgrelid = 'sessions_core_message'::regclass"
+                           " AND NOT tgisinternal")
         return {row[0] for row in cursor.fetchall()}
 
 
@@ -451,15 +480,35 @@ def fts_contents(cursor, schema: str, table: str) -> tuple[int, int, list]:
 
 
 def indexed_ids() -> set[int]:
+    """The messages the index has: in the FTS5 table (SQLite), or with a search_vector (PostgreSQL)."""
     with connection.cursor() as cursor:
+        if not LAZY_INDEX:
+            cursor.execute("SELECT id FROM sessions_core_message WHERE search_vector IS NOT NULL")
+            return {row[0] for row in cursor.fetchall()}
         return {doc for _, doc, _ in fts_contents(cursor, "main", search.MESSAGE_FTS)[2]}
+
+
+def assert_search_vectors_are_exact():
+    """PostgreSQL: the user and assistant messages, and only they, have a search_vector, and each is the
+    vector of the message's current text as the query side computes it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id FROM sessions_core_message WHERE role IN ('user', 'assistant')")
+        assert indexed_ids() == {row[0] for row in cursor.fetchall()}
+        cursor.execute(
+            "SELECT id FROM sessions_core_message WHERE search_vector IS DISTINCT FROM (CASE WHEN role IN"
+            " ('user', 'assistant') THEN to_tsvector(%s::regconfig, translate(left(content, %s), %s, %s)) END)",
+            [search.TS_CONFIG, search.INDEXED_CHARS, search.MARKUP_CHARS, search.MARKUP_STANDINS])
+        assert cursor.fetchall() == []
 
 
 def assert_index_is_exact():
     """The message index holds exactly what indexing the user and assistant messages up to the mark
     (all of them without a mark) from scratch gives. FTS5's integrity-check does not compare an
     external-content index with its table: it passes after a 'delete' of a row never indexed, or with
-    the wrong text, or a row indexed twice. The counts and the term list catch those."""
+    the wrong text, or a row indexed twice. The counts and the term list catch those.
+    On PostgreSQL, the generated column's equivalent (assert_search_vectors_are_exact)."""
+    if not LAZY_INDEX:
+        return assert_search_vectors_are_exact()
     with connection.cursor() as cursor:
         cursor.execute(f"INSERT INTO {search.MESSAGE_FTS}({search.MESSAGE_FTS}) VALUES ('integrity-check')")
         upto = f"AND id <= (SELECT indexed_upto FROM {search.MESSAGE_FTS_MARK})"
@@ -474,9 +523,9 @@ def assert_index_is_exact():
             cursor.execute("DROP TABLE temp.reference")
 
 
-@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite only: PostgreSQL's index is a generated column")
 class TestMessagesAreIndexedBySearch(TransactionTestCase):
-    """Every statement commits here, so the FTS5 counts on disk are current when a test reads them."""
+    """Every statement commits here, so the FTS5 counts on disk are current when a test reads them.
+    On PostgreSQL the same scenarios check that the generated column needs no search to be current."""
 
     def setUp(self):
         self.alice = make_user("alice")
@@ -490,10 +539,15 @@ class TestMessagesAreIndexedBySearch(TransactionTestCase):
         agent.run("Tell me about the quokka", session_id="quokka-chat", user_id="alice")
         messages = dict(Message.objects.filter(session__session_id="quokka-chat").values_list("role", "pk"))
         assert messages.keys() == {"system", "user", "assistant"}
-        assert indexed_ids() == set()  # the run's transaction never wrote the index
-        assert indexed_upto() < min(messages.values())
-        assert messages["user"] in self.found("quokka")
-        assert indexed_upto() == max(messages.values())
+        if LAZY_INDEX:
+            assert indexed_ids() == set()  # the run's transaction never wrote the index
+            assert indexed_upto() < min(messages.values())
+        else:  # no search has run: the run's own inserts filled the column
+            assert indexed_ids() == {messages["user"], messages["assistant"]}
+        found = self.found("quokka")
+        assert messages["user"] in found and messages["system"] not in found
+        if LAZY_INDEX:
+            assert indexed_upto() == max(messages.values())
         assert indexed_ids() == {messages["user"], messages["assistant"]}
         assert_index_is_exact()
 
@@ -501,11 +555,14 @@ class TestMessagesAreIndexedBySearch(TransactionTestCase):
         indexed = make_run(self.session, "apricot jam", "boil the apricots")
         assert len(self.found("apricot")) == 2
         waiting = make_run(self.session, "damson gin", "sloe gin")
-        assert indexed_upto() < min(waiting.messages.values_list("pk", flat=True))
+        if LAZY_INDEX:
+            assert indexed_upto() < min(waiting.messages.values_list("pk", flat=True))
+        else:
+            assert set(waiting.messages.values_list("pk", flat=True)) <= indexed_ids()
         for run, text in [(indexed, "quince paste"), (waiting, "medlar jelly")]:
             run.messages.filter(role="user").update(content=text)
             run.messages.filter(role="assistant").delete()
-        assert_index_is_exact()  # before any search: the triggers alone
+        assert_index_is_exact()  # before any search: the triggers alone (PostgreSQL: the generated column)
         assert self.found("apricot") == [] and self.found("damson") == [] and self.found("gin") == []
         assert self.found("quince") == [indexed.messages.get().pk]
         assert self.found("medlar") == [waiting.messages.get().pk]
@@ -515,8 +572,11 @@ class TestMessagesAreIndexedBySearch(TransactionTestCase):
         system = add_message(self.session, "system", "You are zanzibar, a helpful assistant.")
         user = make_run(self.session, "where is zanzibar", None).messages.get()
         tool = add_message(self.session, "tool", "zanzibar added")
+        if not LAZY_INDEX:
+            assert indexed_ids() == {user.pk}  # system and tool rows have a NULL search_vector
         assert self.found("zanzibar") == [user.pk]
-        assert indexed_upto() == tool.pk  # looked at, and skipped
+        if LAZY_INDEX:
+            assert indexed_upto() == tool.pk  # looked at, and skipped
         Message.objects.filter(pk=system.pk).update(content="You are zanzibar, still.")
         assert indexed_ids() == {user.pk}
         assert_index_is_exact()
@@ -530,17 +590,25 @@ class TestMessagesAreIndexedBySearch(TransactionTestCase):
                 search._index_new_messages(using)
             return transaction.atomic(using=using)
 
-        with mock.patch.object(search, "transaction", mock.Mock(atomic=the_other_search_first)):
-            assert self.found("narwhal") == [message.pk]
+        if LAZY_INDEX:
+            with mock.patch.object(search, "transaction", mock.Mock(atomic=the_other_search_first)):
+                assert self.found("narwhal") == [message.pk]
+        else:  # there is no catch-up to race: searches only read the column the insert filled
+            with mock.patch.object(search, "_index_new_messages", side_effect=AssertionError("no catch-up")):
+                assert self.found("narwhal") == [message.pk]
+                assert self.found("narwhal") == [message.pk]
         assert_index_is_exact()  # indexed once
 
     def test_after_a_flush_the_ids_start_again_and_are_still_indexed(self):
         for word in ["alpha", "beta", "gamma"]:
             make_run(self.session, f"{word} words", f"{word} reply")
         assert len(self.found("alpha")) == 2
-        assert indexed_upto() >= 6
+        if LAZY_INDEX:
+            assert indexed_upto() >= 6
         call_command("flush", interactive=False, verbosity=0)  # resets the id sequences too
-        assert indexed_upto() == 0
+        if LAZY_INDEX:
+            assert indexed_upto() == 0
+        assert indexed_ids() == set()
         alice = make_user("alice")
         message = make_run(make_session(alice, name="Again"), "a fresh marmot", None).messages.get()
         assert message.pk == 1
