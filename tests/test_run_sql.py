@@ -5,14 +5,19 @@ same rows, JSON values, aware datetimes and booleans.
 """
 
 import json
+import threading
 from datetime import timedelta
 
-from django.test import TestCase
+import pytest
+from django.db import IntegrityError, connection, connections
+from django.test import TestCase, TransactionTestCase
 from django.utils import timezone
 
-from sessions_core.models import Message, Role, Run, RunStatus, StateChange
+from sessions_core.models import ChatSession, Message, Role, Run, RunStatus, StateChange
 from sessions_core.run_sql import RunStore
+from tests.engine_helpers import EngineTestMixin
 from tests.factories import make_run, make_session, make_user
+from tests.llm_server import Text
 
 HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
 
@@ -175,3 +180,59 @@ class TestWrites(TestCase):
         assert store.release_lease(session.pk, "tok", 2, now, 1) is True  # no state change: state untouched
         session.refresh_from_db()
         assert (session.lease_token, session.session_state) == ("", {"items": []})
+
+
+class TestStepsOutsideAtomicBlocks(EngineTestMixin, TransactionTestCase):
+    """With nothing watching Django's cursor, a run's steps use the driver's cursor and begin and end
+    their own transactions: the same rows, Django's error classes, and nothing left half-written."""
+
+    def test_a_run_commits_its_steps_and_leaves_the_connection_as_it_found_it(self):
+        self.llm.add(Text("stored"))
+        output = self.agent().run("hi", session_id="s")
+
+        assert output.status == "completed"
+        assert (connection.in_atomic_block, connection.get_autocommit()) == (False, True)
+        # Committed: another thread (another connection) reads the finished run.
+        run = run_in_thread(lambda: Run.objects.values_list("status", "content").get(run_id=output.run_id))
+        assert run == ("completed", "stored")
+
+    def test_a_failing_statement_rolls_the_whole_step_back_and_raises_djangos_error(self):
+        self.llm.add(Text("first"))
+        agent = self.agent()
+        agent.run("first", session_id="s")
+        session = ChatSession.objects.get(session_id="s")
+        # A row in the way of the next run's first message: its insert fails inside the start step.
+        Message.objects.create(session=session, run=Run.objects.get(), seq=session.last_seq + 1, role="user",
+                               content="in the way")
+
+        with pytest.raises(IntegrityError):  # django.db's, not the driver's
+            agent.run("second", session_id="s")
+
+        assert Run.objects.count() == 1  # the second run's row went with the rolled-back step
+        assert not ChatSession.objects.get(session_id="s").is_running  # and so did its lease
+        assert (connection.in_atomic_block, connection.get_autocommit()) == (False, True)
+
+    def test_execute_wrappers_see_every_statement_of_a_run(self):
+        seen = []
+
+        def watch(execute, sql, params, many, context):
+            seen.append(sql.split()[0].upper())
+            return execute(sql, params, many, context)
+
+        self.llm.add(Text("watched"))
+        agent = self.agent()
+        agent.run("first", session_id="s")  # the session exists: the run takes the usual path
+        self.llm.add(Text("watched"))
+        with connection.execute_wrapper(watch):
+            agent.run("second", session_id="s")
+
+        assert seen.count("INSERT") == 3  # the run, its first messages, its last messages
+        assert "SELECT" in seen and "UPDATE" in seen
+
+
+def run_in_thread(fn):
+    result = []
+    thread = threading.Thread(target=lambda: result.append(fn()) or connections.close_all())
+    thread.start()
+    thread.join()
+    return result[0]
