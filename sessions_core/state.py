@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import datetime
 import decimal
-import itertools
 import json
 import math
 import operator
@@ -46,7 +45,8 @@ def _merge(base: Mapping, override: Mapping) -> dict:
     return merged
 
 
-def merge_state(defaults: Mapping | None, stored: Mapping | None, run_state: Mapping | None, overwrite: bool = False) -> dict:
+def merge_state(defaults: Mapping | None, stored: Mapping | None, run_state: Mapping | None,
+                overwrite: bool = False) -> dict:
     """The state a run starts from: defaults < stored < run-supplied.
 
     Defaults fill keys missing from the stored state on every run, so a key added to the defaults
@@ -213,12 +213,20 @@ def _same_types(a, b) -> bool:
         return all(type(value) is type(b[key]) and (not isinstance(value, _CONTAINERS) or _same_types(value, b[key]))
                    for key, value in a.items())
     if isinstance(a, list):
-        if not all(map(operator.is_, map(type, a), map(type, b))):  # all in C: no Python per item
+        kinds = set(map(type, a))  # all in C: no Python per item
+        if kinds <= _EQUAL_ONLY_TO_THEMSELVES:  # b's items equal these, so they are of the same types
+            return True
+        if not all(map(operator.is_, map(type, a), map(type, b))):
             return False
-        if not any(map(isinstance, a, itertools.repeat(_CONTAINERS))):
+        if kinds <= _SCALARS:
             return True
         return all(_same_types(x, y) for x, y in zip(a, b, strict=True) if isinstance(x, _CONTAINERS))
     return True
+
+
+# A str equals only a str and None only None; 1 == 1.0 == True is where types can differ while equal.
+_EQUAL_ONLY_TO_THEMSELVES = frozenset({str, type(None)})
+_SCALARS = _EQUAL_ONLY_TO_THEMSELVES | {int, float, bool}
 
 
 def apply_patch(state: Mapping, patch: list) -> dict:
