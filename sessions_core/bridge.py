@@ -177,34 +177,38 @@ class _InThread:
             if not future.done():
                 future.set_result(result)
 
+    def _next(self, task: asyncio.Task) -> tuple | None:
+        self._wait(task)
+        return self.inbox.popleft() if self.inbox else None  # None: the core has ended
+
     def items(self) -> Iterator:
         task = self.loop.create_task(self._pump())
         task.add_done_callback(self._poke)
-        finished = False
-        try:
-            while True:
-                self._wait(task)
-                if not self.inbox:
-                    break  # the core has ended
-                kind, payload = self.inbox.popleft()
-                if kind == "job":
-                    self._serve(*payload)
-                else:
-                    yield payload
-            finished = True
-            if not task.cancelled() and task.exception() is not None:
-                raise task.exception()
-        finally:
-            if not finished:
-                # The caller stopped early (or was interrupted): cancel the core, serve its clean-up jobs.
-                task.cancel()
-                while True:
-                    self._wait(task)
-                    if not self.inbox:
-                        break
-                    kind, payload = self.inbox.popleft()
-                    if kind == "job":
-                        self._serve(*payload)
+        return _deliver(task, lambda: self._next(task), self._serve, task.cancel)
+
+
+def _deliver(task: asyncio.Task, next_message: Callable[[], tuple | None], serve: Callable,
+             cancel: Callable[[], None]) -> Iterator:
+    """Hand the core's items to the caller and serve its jobs, in the order they came, until the core
+    ends (`next_message()` gives None); then raise what it raised. If the caller stops early (or is
+    interrupted), cancel the core and keep serving its clean-up jobs."""
+    finished = False
+    try:
+        while (message := next_message()) is not None:
+            kind, payload = message
+            if kind == "job":
+                serve(*payload)
+            else:
+                yield payload
+        finished = True
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()
+    finally:
+        if not finished:
+            cancel()
+            while (message := next_message()) is not None:
+                if message[0] == "job":
+                    serve(*message[1])
 
 
 def _on_helper_thread(make_iterator: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
@@ -218,7 +222,7 @@ def _on_helper_thread(make_iterator: Callable[[], AsyncIterator[T]]) -> Iterator
 
     async def runner(fn, args, kwargs):
         future = loop.create_future()
-        inbox.put(("call", (fn, args, kwargs, future)))
+        inbox.put(("job", (fn, args, kwargs, future)))
         return await future
 
     async def pump():
@@ -239,30 +243,15 @@ def _on_helper_thread(make_iterator: Callable[[], AsyncIterator[T]]) -> Iterator
 
     def start() -> asyncio.Task:
         task = loop.create_task(pump())
-        task.add_done_callback(lambda done: inbox.put(("finished", done)))
+        task.add_done_callback(lambda done: inbox.put(None))
         return task
 
     if private:
         thread.start()
     task = asyncio.run_coroutine_threadsafe(_call(start), loop).result()
-    finished = False
     try:
-        while (message := inbox.get())[0] != "finished":
-            kind, payload = message
-            if kind == "call":
-                serve(*payload)
-            else:
-                yield payload
-        finished = True
-        if not task.cancelled() and task.exception() is not None:
-            raise task.exception()
+        yield from _deliver(task, inbox.get, serve, lambda: loop.call_soon_threadsafe(task.cancel))
     finally:
-        if not finished:
-            # The caller stopped early: cancel the core and keep serving its clean-up calls.
-            loop.call_soon_threadsafe(task.cancel)
-            while (message := inbox.get())[0] != "finished":
-                if message[0] == "call":
-                    serve(*message[1])
         if private:
             loop.call_soon_threadsafe(loop.stop)
             thread.join()

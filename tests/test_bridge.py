@@ -1,6 +1,8 @@
 """The sync adapters (sessions_core.bridge): a sync run drives the async core on its own thread."""
 
+import os
 import threading
+from unittest import mock
 
 from django.test import TestCase, TransactionTestCase
 
@@ -74,3 +76,23 @@ class TestThreadLoops(EngineTestMixin, TransactionTestCase):
         assert loops[0].is_closed()
         assert loops[0] not in self.model._clients
         assert not bridge._retired
+
+
+class TestSyncCallsWhereALoopIsRunning(EngineTestMixin, TransactionTestCase):
+    """A notebook cell: sync code on a thread whose event loop is running. The core runs on a helper
+    thread's loop; the blocking work still runs here (Django allows it with DJANGO_ALLOW_ASYNC_UNSAFE,
+    as it asks of notebooks)."""
+
+    async def test_a_sync_run_and_a_stream_complete_and_are_stored(self):
+        self.llm.add(Text("from a cell"), Text("streamed from a cell"))
+        agent = self.agent(session_state={"n": 1})
+        with mock.patch.dict(os.environ, {"DJANGO_ALLOW_ASYNC_UNSAFE": "true"}):
+            output = agent.run("hi", session_id="nb")
+            events = list(agent.run("again", session_id="nb", stream=True))
+            state = agent.get_session_state(session_id="nb")
+
+        assert (output.status, output.content) == ("completed", "from a cell")
+        assert events[-1].content == "streamed from a cell"
+        assert state == {"n": 1}
+        history = await agent.aget_chat_history(session_id="nb")
+        assert [m.content for m in history] == ["hi", "from a cell", "again", "streamed from a cell"]
