@@ -4,6 +4,7 @@ import os
 import threading
 from unittest import mock
 
+from django.db import connections
 from django.test import TestCase, TransactionTestCase
 
 from sessions_core import RunContext, bridge
@@ -64,6 +65,7 @@ class TestThreadLoops(EngineTestMixin, TransactionTestCase):
         def work():
             agent.run("hi", session_id="t")
             loops.append(bridge._thread_loop.owner.loop)
+            connections.close_all()
 
         thread = threading.Thread(target=work)
         thread.start()
@@ -87,9 +89,12 @@ class TestSyncCallsWhereALoopIsRunning(EngineTestMixin, TransactionTestCase):
         self.llm.add(Text("from a cell"), Text("streamed from a cell"))
         agent = self.agent(session_state={"n": 1})
         with mock.patch.dict(os.environ, {"DJANGO_ALLOW_ASYNC_UNSAFE": "true"}):
-            output = agent.run("hi", session_id="nb")
-            events = list(agent.run("again", session_id="nb", stream=True))
-            state = agent.get_session_state(session_id="nb")
+            try:
+                output = agent.run("hi", session_id="nb")
+                events = list(agent.run("again", session_id="nb", stream=True))
+                state = agent.get_session_state(session_id="nb")
+            finally:
+                connections.close_all()  # this thread's own connection, which nothing else would close
 
         assert (output.status, output.content) == ("completed", "from a cell")
         assert events[-1].content == "streamed from a cell"
