@@ -218,7 +218,8 @@ class RunStore:
     def atomic(self):
         """One transaction for a step. Outside any `atomic` block, and with direct statements, it is
         begun and ended here; otherwise it is Django's `atomic` (a savepoint inside a caller's block).
-        Do not use the ORM inside when this begins the transaction itself: Django does not know of it."""
+        When begun here, Django does not know of it: plain ORM statements inside join it, but nothing
+        that needs a transaction of Django's (`atomic`, `select_for_update`) may run inside."""
         connection = self.connection
         if not self._direct or connection.in_atomic_block or not connection.get_autocommit():
             with transaction.atomic(using=self.alias):
