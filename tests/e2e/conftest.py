@@ -43,6 +43,29 @@ def _database_before_browser(django_db_setup):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _flush_outlasts_a_deadlock(_database_before_browser):
+    """After each test the database is flushed (TRUNCATE of every table, one lock after another) while
+    the app server, another process, may still be reading from a finished run (its summary, the state
+    panel): a query joining two tables can take their locks in the other order, and PostgreSQL then
+    ends one of the two as a deadlock. If that is the flush, flush again: the server's query is over."""
+    from django.db import OperationalError, connection
+
+    flush = type(connection.ops).execute_sql_flush
+
+    def execute_sql_flush(ops, sql_list):
+        for attempt in range(5):
+            try:
+                return flush(ops, sql_list)
+            except OperationalError as exc:
+                if "deadlock detected" not in str(exc) or attempt == 4:
+                    raise
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(connection.ops), "execute_sql_flush", execute_sql_flush)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _summaries_answered_aside(llm_server):
     """Summaries and titles are made in the background and may outlive the test that started them:
