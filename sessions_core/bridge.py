@@ -89,7 +89,7 @@ class _LoopOwner:
 
     def __del__(self):
         if self.pid == os.getpid():  # a forked child never touches its parent's loop or connections
-            _retired.append((self.loop, self.closers))
+            _retired.append((self.pid, self.loop, self.closers))
 
 
 class _ThreadLoop(threading.local):
@@ -99,7 +99,9 @@ class _ThreadLoop(threading.local):
 
     def get(self) -> asyncio.AbstractEventLoop:
         while _retired:
-            _close_retired(*_retired.popleft())
+            pid, loop, closers = _retired.popleft()
+            if pid == os.getpid():  # left by a thread of this process, not inherited from a parent's
+                _close_retired(loop, closers)
         owner = self.owner
         if owner is None or owner.loop.is_closed() or owner.pid != os.getpid():
             owner = self.owner = _LoopOwner()
@@ -109,7 +111,7 @@ class _ThreadLoop(threading.local):
 
 _thread_loop = _ThreadLoop()
 _owners: weakref.WeakValueDictionary[asyncio.AbstractEventLoop, _LoopOwner] = weakref.WeakValueDictionary()
-_retired: deque[tuple[asyncio.AbstractEventLoop, list]] = deque()
+_retired: deque[tuple[int, asyncio.AbstractEventLoop, list]] = deque()
 
 
 def at_loop_close(closer: Callable[[], Awaitable]) -> None:

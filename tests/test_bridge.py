@@ -1,5 +1,6 @@
 """The sync adapters (sessions_core.bridge): a sync run drives the async core on its own thread."""
 
+import asyncio
 import os
 import threading
 from unittest import mock
@@ -101,3 +102,20 @@ class TestSyncCallsWhereALoopIsRunning(EngineTestMixin, TransactionTestCase):
         assert state == {"n": 1}
         history = await agent.aget_chat_history(session_id="nb")
         assert [m.content for m in history] == ["hi", "from a cell", "again", "streamed from a cell"]
+
+
+def test_a_loop_inherited_from_a_parent_process_is_never_closed_by_the_child():
+    """After a fork, what the parent's ended threads left is the parent's to close: closing it in
+    the child would close the parent's connections (a TLS close_notify on a shared socket, say)."""
+    parents_loop, closed = asyncio.new_event_loop(), []
+
+    async def closer():
+        closed.append(True)
+
+    bridge._retired.append((os.getpid() + 1, parents_loop, [closer]))  # as a forked child sees it
+    try:
+        bridge._thread_loop.get()
+        assert not bridge._retired
+        assert closed == [] and not parents_loop.is_closed()
+    finally:
+        parents_loop.close()
