@@ -117,19 +117,19 @@ def print_table(results: list[dict], args) -> None:
         print("| " + " | ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) + " |")
         if number == 0:
             print("|" + "|".join("-" * (width + 2) for width in widths) + "|")
-    groups = dict.fromkeys((row["backend"], row["path"], row["state"]) for row in results)
-    for backend, path, state in groups:
-        mine = [row for row in results if (row["backend"], row["path"], row["state"]) == (backend, path, state)]
+    groups: dict[tuple[str, str, str], list[dict]] = {}
+    for row in results:
+        groups.setdefault((row["backend"], row["path"], row["state"]), []).append(row)
+    for (backend, path, state), mine in groups.items():
         if len(mine) > 1:
             first, last = mine[0], mine[-1]
             print(f"{backend}, {path}, state {state}, {first['length']:,} -> {last['length']:,} earlier runs: own "
                   f"median {first['own_median']:.2f} -> {last['own_median']:.2f} ms, own CPU "
                   f"{first['cpu_median']:.2f} -> {last['cpu_median']:.2f} ms, SQL/run "
                   f"{first['queries']} -> {last['queries']}")
-    for backend, path, state in groups:
+    for (backend, path, state), mine in groups.items():
         if backend != "SQLite":
             continue
-        mine = [row for row in results if (row["backend"], row["path"], row["state"]) == (backend, path, state)]
         worst = max(row["own_median"] for row in mine)
         worst_cpu = max(row["cpu_median"] for row in mine)
         verdict = "met" if worst < TARGET_MS else "MISSED"
