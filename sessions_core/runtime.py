@@ -599,14 +599,21 @@ class RunLoop:
                               content=f"{call.name}() completed in {execution.metrics['duration']:.4f}s.")
         # A tool may rebind run_context.session_state to a new dict: that dict is the state now.
         self.working = run_context.session_state
-        # Compared as JSON text (in C), parsed and diffed only when it changed.
-        after_text = state_module.dumps(state_module.strip_injected(self.working))  # raises on a non-JSON value
+        # Compared as JSON text (in C), diffed only when it changed.
+        live = state_module.strip_injected(self.working)
+        after_text = state_module.dumps(live)  # raises on a non-JSON value
         patch = None
         if after_text != self.state_text:
-            before = self.snapshot if self.snapshot is not None else json.loads(self.state_text)
-            after = json.loads(after_text)
-            patch, inverse = state_module.diff(before, after)  # the patches copy what they hold
-            self.state_text, self.snapshot = after_text, after
+            if self.snapshot is None:
+                self.snapshot = json.loads(self.state_text)
+            # Usually straight from the tools' own dicts, without parsing what they left.
+            diffed = state_module.diff_onto(self.snapshot, live)  # the patches copy what they hold
+            if diffed is None:  # they hold values whose JSON form differs (a tuple, a datetime): parse it
+                after = json.loads(after_text)
+                diffed = state_module.diff(self.snapshot, after)
+                self.snapshot = after
+            patch, inverse = diffed
+            self.state_text = after_text
         if patch:
             agentic = call.name == "update_session_state" and self.agent.enable_agentic_state
             source = "agentic" if agentic else f"tool:{call.name}"

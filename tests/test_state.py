@@ -304,6 +304,63 @@ class TestMergePrecedence(EngineTestMixin, TestCase):
         assert ChatSession.objects.get(session_id="s").session_state == expected
 
 
+def stamp(run_context: RunContext) -> str:
+    """Keep a tuple in the state."""
+    run_context.session_state["pair"] = ("a", "b")
+    run_context.session_state["seen"].append("stamp")
+    return "ok"
+
+
+def look(run_context: RunContext) -> str:
+    """Read the state and change nothing."""
+    return str(len(run_context.session_state))
+
+
+def touch(run_context: RunContext) -> str:
+    """Change one other thing."""
+    run_context.session_state["seen"].append("touch")
+    return "ok"
+
+
+class TestToolStateChanges(EngineTestMixin, TestCase):
+    def test_python_values_a_tool_stores_are_recorded_once_in_their_json_form(self):
+        """A tuple differs from its JSON form, so the change is made from the parsed JSON; later tool
+        calls record only what they change (the tuple is not "changed" again)."""
+        def respond(body):
+            if body["messages"][-1]["role"] == "tool":
+                return Text("Done.")
+            return ToolCalls([("stamp", {}), ("look", {}), ("touch", {})])
+
+        self.llm.responder = respond
+        agent = self.agent(tools=[stamp, look, touch], session_state={"seen": []})
+
+        events = stream_all(agent, "go", session_id="s")
+
+        after_stamp = {"seen": ["stamp"], "pair": ["a", "b"]}
+        expected = {**after_stamp, "seen": ["stamp", "touch"]}
+        changed = of_kind(events, RunEvent.state_changed)
+        assert [event.source for event in changed] == ["tool:stamp", "tool:touch"]
+        assert [event.session_state for event in changed] == [after_stamp, expected]
+        assert sorted(op["path"] for op in changed[0].patch) == ["/pair", "/seen/0"]
+        assert changed[1].patch == [{"op": "add", "path": "/seen/1", "value": "touch"}]
+        assert events[-1].session_state == expected
+        assert ChatSession.objects.get(session_id="s").session_state == expected
+        assert list(StateChange.objects.values_list("source", flat=True)) == ["defaults", "tool:stamp", "tool:touch"]
+
+    def test_a_large_list_grows_by_one_item_per_run(self):
+        self.llm.responder = tool_then_text("add_item", lambda body: {"item": body["messages"][-1]["content"]})
+        items = [f"item {n}" for n in range(500)]
+        agent = self.agent(tools=[add_item], session_state={"shopping_list": items})
+        agent.run("jam", session_id="s")
+
+        output = agent.run("tea", session_id="s")
+
+        assert output.session_state == {"shopping_list": [*items, "jam", "tea"]}
+        assert ChatSession.objects.get(session_id="s").session_state == output.session_state
+        assert StateChange.objects.order_by("version").last().patch == [
+            {"op": "add", "path": "/shopping_list/501", "value": "tea"}]
+
+
 def shop_tool(item: str, run_context: RunContext) -> str:
     """Put an item on the list and count the visits.
 
@@ -601,6 +658,113 @@ class TestStateFunctions(SimpleTestCase):
             patch, inverse = state_module.diff(before, after)
             assert as_json(state_module.apply_patch(before, patch)) == as_json(after), (before, after, patch)
             assert as_json(state_module.apply_patch(after, inverse)) == as_json(before), (before, after, inverse)
+
+    def test_diff_is_exact_on_large_lists_too(self):
+        """Lists longer than 32 items are compared in C (joined when all strings, as orjson text
+        otherwise); the types still count."""
+        words = [f"item {n}" for n in range(40)]
+        numbers = list(range(40))
+        cases = [
+            ({"l": words}, {"l": [*words, "jam"]}, [{"op": "add", "path": "/l/40", "value": "jam"}]),
+            ({"l": words}, {"l": words[:20] + words[21:]}, [{"op": "remove", "path": "/l/20"}]),
+            ({"l": numbers}, {"l": [*numbers[:5], 5.0, *numbers[6:]]},
+             [{"op": "replace", "path": "/l/5", "value": 5.0}]),
+            ({"l": numbers}, {"l": [*numbers[:1], True, *numbers[2:]]},
+             [{"op": "replace", "path": "/l/1", "value": True}]),
+            ({"l": [None, *words]}, {"l": [None, *words, None]}, [{"op": "add", "path": "/l/41", "value": None}]),
+            ({"l": words, "d": dict.fromkeys(words, 1)}, {"l": words, "d": {**dict.fromkeys(words, 1), "item 3": 1.0}},
+             [{"op": "replace", "path": "/d/item 3", "value": 1.0}]),
+            ({"l": words}, {"l": list(words)}, []),
+        ]
+        for before, after, expected in cases:
+            with self.subTest(expected=expected):
+                patch, inverse = state_module.diff(before, after)
+                assert patch == expected
+                assert json.dumps(state_module.apply_patch(after, inverse)) == json.dumps(before)
+
+    def test_diff_onto_gives_the_patch_of_the_parsed_state_and_updates_the_snapshot(self):
+        """Random edits of states with long and short lists, made on the live dicts as a tool would:
+        `diff_onto` finds the same patch as diffing the parsed JSON, leaves the snapshot equal to it,
+        and shares no object with the live state."""
+        rng = random.Random(1129)
+        scalars = [0, 1, 1.0, True, False, None, "a", "b", "milk"]
+
+        def value(depth=0):
+            roll = rng.random()
+            if depth > 2 or roll < 0.4:
+                return rng.choice(scalars)
+            if roll < 0.55:
+                return [rng.choice(["a", "b", "c"]) for _ in range(rng.randint(30, 40))]  # long, all strings
+            if roll < 0.75:
+                return [value(depth + 1) for _ in range(rng.choice([2, 35]))]
+            return {rng.choice("abcde"): value(depth + 1) for _ in range(rng.randint(0, 4))}
+
+        def containers(node):
+            if isinstance(node, (dict, list)):
+                yield node
+                for child in node.values() if isinstance(node, dict) else node:
+                    yield from containers(child)
+
+        def edit(node):  # in place, like a tool
+            for _ in range(rng.randint(1, 3)):
+                target = rng.choice(list(containers(node)))
+                if isinstance(target, list):
+                    if target and rng.random() < 0.4:
+                        target.pop(rng.randrange(len(target)))
+                    elif target and rng.random() < 0.5:
+                        target[rng.randrange(len(target))] = value(2)
+                    else:
+                        target.insert(rng.randint(0, len(target)), value(2))
+                elif target and rng.random() < 0.4:
+                    target.pop(rng.choice(list(target)))
+                else:
+                    target[rng.choice("abcdefg")] = value(2)
+
+        for _ in range(1500):
+            stored = json.dumps({"s": value(), "t": value()})
+            live = json.loads(stored)
+            edit(live)
+            expected = state_module.diff(json.loads(stored), json.loads(state_module.dumps(live)))
+            snapshot_ = json.loads(stored)
+            got = state_module.diff_onto(snapshot_, live)
+            assert got == expected, (stored, live)
+            # Equal, though the key order may differ: patches do not move keys.
+            assert json.dumps(snapshot_, sort_keys=True) == json.dumps(live, sort_keys=True)
+            live_ids = {id(node) for node in containers(live)}
+            assert not live_ids & {id(node) for node in containers(snapshot_)}
+            assert not live_ids & {id(node) for node in containers(got[0])}
+
+    def test_diff_onto_declines_values_whose_json_form_differs(self):
+        class Name(str):
+            pass
+
+        stored = {"items": ["a", "b"], "n": 1}
+        for change in ({"items": ("a", "b", "c")}, {"when": datetime.date(2024, 5, 1)}, {"price": decimal.Decimal("1")},
+                       {"n": Name("x")}, {1: "int key"}, {"items": ["a", "b", ("c",)]}):
+            with self.subTest(change=change):
+                snapshot_ = copy.deepcopy(stored)
+                assert state_module.diff_onto(snapshot_, {**stored, **change}) is None
+                assert snapshot_ == stored  # untouched
+
+    def test_dumps_refuses_nan_and_keeps_the_json_modules_forms(self):
+        import enum
+
+        class Colour(enum.Enum):
+            RED = "red"
+
+        for bad in ({"x": float("nan")}, {"a": None, "x": [float("inf")]}, {"x": object()}):
+            with self.subTest(bad=bad), self.assertRaises(state_module.StateNotJSONError):
+                state_module.dumps(bad)
+        fast = {"when": datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.UTC), "day": datetime.date(2024, 5, 1),
+                "price": decimal.Decimal("9.99"), "colour": Colour.RED, "text": "caf\u00e9",
+                "key": uuid.UUID("12345678-1234-5678-1234-567812345678")}
+        assert json.loads(state_module.dumps(fast)) == {
+            "when": "2024-05-01T12:30:00+00:00", "day": "2024-05-01", "price": "9.99", "colour": "red",
+            "text": "caf\u00e9", "key": "12345678-1234-5678-1234-567812345678"}
+        # What orjson refuses (an int key, an int over 64 bits, a lone surrogate) the json module encodes.
+        slow = {1: "int key", "big": 2**70, "text": "\ud800", "none": None}
+        assert json.loads(state_module.dumps(slow)) == {"1": "int key", "big": 2**70, "text": "\ud800", "none": None}
+        assert state_module.to_json({"colour": Colour.RED}) == {"colour": "red"}
 
     def test_render_renders_non_strings_with_str(self):
         rendered = state_module.render("{n} {f} {l} {d} {none}", {"n": 1, "f": 1.5, "l": ["a"], "d": {"k": 1},
