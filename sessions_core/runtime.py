@@ -310,7 +310,7 @@ class RunLoop:
         self.checkpoint_due = self.started + CHECKPOINT_SECONDS
         self.working = {**start.state, **self._injected()}
         self.state_text = start.state_text  # the state as of the last recorded change
-        self.snapshot: dict | None = None  # state_text parsed, when it has been: private to the run loop
+        self.snapshot: dict | None = None  # the state as of state_text, once a tool is called: private to the run
         self.loop = asyncio.get_running_loop()
 
     async def _acquire(self) -> _Start:
@@ -583,6 +583,8 @@ class RunLoop:
             yield self._event(ToolCallStartedEvent, tool=ToolExecution(**execution.to_dict()))
         elapsed = timed()
         if error is None:
+            if self.snapshot is None:  # the state before any tool touched it, to diff their changes against
+                self.snapshot = state_module.copy_tree(state_module.strip_injected(self.working))
             try:
                 result = await call_tool(function, args, run_context, self.agent, self.agent.tool_hooks or [])
                 execution.result = result_text(result)
@@ -604,7 +606,7 @@ class RunLoop:
         after_text = state_module.dumps(live)  # raises on a non-JSON value
         patch = None
         if after_text != self.state_text:
-            if self.snapshot is None:
+            if self.snapshot is None:  # not expected (a called tool takes the snapshot), but cheap to be sure of
                 self.snapshot = json.loads(self.state_text)
             # Usually straight from the tools' own dicts, without parsing what they left.
             diffed = state_module.diff_onto(self.snapshot, live)  # the patches copy what they hold

@@ -734,6 +734,23 @@ class TestStateFunctions(SimpleTestCase):
             assert not live_ids & {id(node) for node in containers(snapshot_)}
             assert not live_ids & {id(node) for node in containers(got[0])}
 
+    def test_copy_tree_copies_every_container_and_keeps_every_type(self):
+        words = [f"w{n}" for n in range(40)]
+        tree = {"words": words, "mixed": [1, 1.0, True, None, *words, {"k": [1]}], "big": dict.fromkeys(words, 1.0),
+                "small": {"a": [1, {"b": [True]}]}}
+
+        copied = state_module.copy_tree(tree)
+
+        assert json.dumps(copied) == json.dumps(tree)
+
+        def containers(node):
+            if isinstance(node, (dict, list)):
+                yield id(node)
+                for child in node.values() if isinstance(node, dict) else node:
+                    yield from containers(child)
+
+        assert not set(containers(tree)) & set(containers(copied))
+
     def test_diff_onto_declines_values_whose_json_form_differs(self):
         class Name(str):
             pass
