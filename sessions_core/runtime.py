@@ -485,14 +485,20 @@ class RunLoop:
 
     def _insert_messages(self, store: RunStore, session_pk: int, run_pk: int, messages: list[ChatMessage],
                          last_seq: int, now) -> int:
+        rows, last_seq = self._message_rows(session_pk, run_pk, messages, last_seq, now)
+        store.insert_messages(rows)
+        return last_seq
+
+    def _message_rows(self, session_pk: int, run_pk: int, messages: list[ChatMessage], last_seq: int,
+                      now) -> tuple[list[tuple], int]:
+        """The rows of `messages`, numbered after `last_seq`, and the last number."""
         rows = []
         for message in messages:
             last_seq += 1
             message.seq, message.created_at, message.run_id = last_seq, now, self.run_id
             rows.append((session_pk, run_pk, last_seq, message.role, message.content or "", message.tool_calls,
                          message.tool_call_id, message.tool_name, message.tool_error, now))
-        store.insert_messages(rows)
-        return last_seq
+        return rows, last_seq
 
     # -- the model loop ---------------------------------------------------------------------------
 
@@ -722,26 +728,27 @@ class RunLoop:
         now, alias = timezone.now(), self.alias
         changes = list(self.start.changes) + self.changes if keep_state else []
         with RunStore(alias) as store:
-            with store.atomic():
-                # The usual case in one statement: this run still holds the lease (so it knows last_seq)
-                # and nobody changed the state meanwhile (so its changes apply as they are).
-                version = self.start.base_version + len(changes)
-                if store.release_lease(
-                    self.start.session_pk, self.lease_token, self.start.base_version, now,
-                    self.last_seq + len(messages), self.state_text if changes else None, version,
+            # The usual case, written at once: this run still holds the lease (so it knows last_seq) and
+            # nobody changed the state meanwhile (so its changes apply as they are).
+            version = self.start.base_version + len(changes)
+            with store.atomic(one_statement=store.finishes_in_one_statement):
+                message_rows, last_seq = self._message_rows(self.start.session_pk, self.start.run_pk, messages,
+                                                            self.last_seq, now)
+                if store.finish(
+                    session_pk=self.start.session_pk, token=self.lease_token, base_version=self.start.base_version,
+                    last_seq=last_seq, state_text=self.state_text if changes else None, state_version=version,
+                    changes=self._change_rows(changes, self.start.base_version, now), messages=message_rows,
+                    run_pk=self.start.run_pk, now=now, **self._outcome(status, error),
                 ):
                     if changes and self.snapshot is not None:
-                        state = self.snapshot  # the run is over: the caller may have it
-                    else:
-                        state = json.loads(self.state_text if changes else self.start.base_text)
-                    self._write_rows(store, status, error, changes, version - len(changes), messages,
-                                     self.last_seq, now, version)
-                    return state, version
+                        return self.snapshot, version  # the run is over: the caller may have it
+                    return json.loads(self.state_text if changes else self.start.base_text), version
             # The lease was lost or the state was edited during the run: merge with the ORM.
             with transaction.atomic(using=alias):
                 state, version, changes, last_seq = self._finish_contended(keep_state, changes, messages, now)
-                self._write_rows(store, status, error, changes, version - len(changes), messages, last_seq, now,
-                                 version)
+                store.insert_changes(self._change_rows(changes, version - len(changes), now))
+                self._insert_messages(store, self.start.session_pk, self.start.run_pk, messages, last_seq, now)
+                store.finish_run(self.start.run_pk, state_version=version, now=now, **self._outcome(status, error))
             return state, version
 
     def _finish_contended(self, keep_state, changes, messages, now):
@@ -759,22 +766,17 @@ class RunLoop:
         ChatSession.objects.using(self.alias).filter(pk=session.pk).update(**fields)
         return state, version, changes, session.last_seq
 
-    def _write_rows(self, store, status, error, changes, first_version, messages, last_seq, now, state_version):
-        """The run's outcome, its state changes and its new messages (inside the finish transaction)."""
+    def _change_rows(self, changes: list, first_version: int, now) -> list[tuple]:
         session_pk, run_pk = self.start.session_pk, self.start.run_pk
-        store.insert_changes([
-            (session_pk, run_pk, first_version + number, patch, inverse, source, now)
-            for number, (patch, inverse, source) in enumerate(changes, start=1)
-        ])
-        self._insert_messages(store, session_pk, run_pk, messages, last_seq, now)
+        return [(session_pk, run_pk, first_version + number, patch, inverse, source, now)
+                for number, (patch, inverse, source) in enumerate(changes, start=1)]
+
+    def _outcome(self, status, error) -> dict:
         content = self.output.content
         if isinstance(content, pydantic.BaseModel):
             content = content.model_dump_json()
-        store.finish_run(
-            run_pk, status=status, content=content if isinstance(content, str) else json.dumps(content, default=str),
-            content_type=self.output.content_type, error=error, metrics=self.output.metrics,
-            state_version=state_version, now=now,
-        )
+        return {"status": status, "content": content if isinstance(content, str) else json.dumps(content, default=str),
+                "content_type": self.output.content_type, "error": error, "metrics": self.output.metrics}
 
     @staticmethod
     def _rebase(current: dict, changes: list) -> tuple[dict, list]:

@@ -182,6 +182,75 @@ class TestWrites(TestCase):
         assert (session.lease_token, session.session_state) == ("", {"items": []})
 
 
+class TestFinish(TestCase):
+    """`RunStore.finish`: the usual finish (one statement on PostgreSQL), all of it or nothing."""
+
+    def setUp(self):
+        self.session = make_session(session_id="f", session_state={"items": []}, state_version=2, last_seq=1)
+        self.store = self.enterContext(RunStore("default"))
+        self.now = now = timezone.now()
+        self.run_pk = self.store.insert_run(run_id="r-1", session_pk=self.session.pk, component_id="shop",
+                                            input="add milk", model_id="m", history_seqs=None, now=now)
+        self.store.take_lease(self.session.pk, "tok", now + timedelta(seconds=30), now, 1)
+
+    def finish(self, token="tok", base_version=2, **overrides):
+        pk, now = self.session.pk, self.now
+        arguments = dict(
+            session_pk=pk, token=token, base_version=base_version, last_seq=3, state_text='{"items": ["milk"]}',
+            state_version=3, changes=[(pk, self.run_pk, 3, [{"op": "add", "path": "/items/0", "value": "milk"}],
+                                       [{"op": "remove", "path": "/items/0"}], "tool:add", now)],
+            messages=[(pk, self.run_pk, 2, Role.ASSISTANT, "", [{"id": "c1", "name": "add", "arguments": "{}"}],
+                       "", "", False, now),
+                      (pk, self.run_pk, 3, Role.TOOL, "Added milk", None, "c1", "add", False, now)],
+            run_pk=self.run_pk, status=RunStatus.COMPLETED, content="Added.", content_type="str", error="",
+            metrics={"model_calls": 2}, now=now,
+        )
+        arguments.update(overrides)
+        with self.store.atomic(one_statement=self.store.finishes_in_one_statement):
+            return self.store.finish(**arguments)
+
+    def test_it_releases_the_lease_and_writes_the_state_the_changes_the_messages_and_the_outcome(self):
+        assert self.finish() is True
+
+        session = ChatSession.objects.get(pk=self.session.pk)
+        assert (session.lease_token, session.lease_expires_at, session.last_seq, session.last_activity_at) == (
+            "", None, 3, self.now)
+        assert (session.session_state, session.state_version) == ({"items": ["milk"]}, 3)
+        change = StateChange.objects.get()
+        assert (change.run_id, change.version, change.patch, change.inverse, change.source, change.created_at) == (
+            self.run_pk, 3, [{"op": "add", "path": "/items/0", "value": "milk"}],
+            [{"op": "remove", "path": "/items/0"}], "tool:add", self.now)
+        assert list(Message.objects.order_by("seq").values_list(
+            "session_id", "run_id", "seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error",
+            "created_at")) == [
+            (self.session.pk, self.run_pk, 2, "assistant", "", [{"id": "c1", "name": "add", "arguments": "{}"}], "",
+             "", False, self.now),
+            (self.session.pk, self.run_pk, 3, "tool", "Added milk", None, "c1", "add", False, self.now)]
+        run = Run.objects.get()
+        assert (run.status, run.content, run.metrics, run.state_version, run.finished_at) == (
+            "completed", "Added.", {"model_calls": 2}, 3, self.now)
+
+    def test_without_a_state_change_or_new_messages_only_the_lease_and_the_outcome_are_written(self):
+        assert self.finish(state_text=None, state_version=2, changes=[], messages=[], last_seq=1,
+                           status=RunStatus.ERROR, content="boom", error="boom") is True
+
+        session = ChatSession.objects.get(pk=self.session.pk)
+        assert (session.lease_token, session.session_state, session.state_version) == ("", {"items": []}, 2)
+        assert (StateChange.objects.count(), Message.objects.count()) == (0, 0)
+        assert Run.objects.values_list("status", "error").get() == ("error", "boom")
+
+    def test_a_lost_lease_or_a_moved_state_writes_nothing(self):
+        for overrides in ({"token": "other"}, {"base_version": 1}):
+            with self.subTest(**overrides):
+                assert self.finish(**overrides) is False
+
+                session = ChatSession.objects.get(pk=self.session.pk)
+                assert (session.lease_token, session.session_state, session.state_version, session.last_seq) == (
+                    "tok", {"items": []}, 2, 1)
+                assert (StateChange.objects.count(), Message.objects.count()) == (0, 0)
+                assert Run.objects.values_list("status", "finished_at").get() == ("running", None)
+
+
 class TestStepsOutsideAtomicBlocks(EngineTestMixin, TransactionTestCase):
     """With nothing watching Django's cursor, a run's steps use the driver's cursor and begin and end
     their own transactions: the same rows, Django's error classes, and nothing left half-written."""
@@ -226,8 +295,11 @@ class TestStepsOutsideAtomicBlocks(EngineTestMixin, TransactionTestCase):
         with connection.execute_wrapper(watch):
             agent.run("second", session_id="s")
 
-        assert seen.count("INSERT") == 3  # the run, its first messages, its last messages
-        assert "SELECT" in seen and "UPDATE" in seen
+        # Load the session; insert the run and its first messages; take the lease. Then the finish:
+        # release the lease, insert the last messages, store the outcome (one statement on PostgreSQL).
+        start = ["SELECT", "INSERT", "INSERT", "UPDATE"]
+        finish = ["WITH"] if connection.vendor == "postgresql" else ["UPDATE", "INSERT", "UPDATE"]
+        assert [kind for kind in seen if kind not in ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE")] == start + finish
 
 
 def run_in_thread(fn):
