@@ -120,9 +120,18 @@ class OpenAIChat(Model):
             await client.close()
 
     def _request(self, messages: list[dict], tools: list[dict] | None, response_format: dict | None) -> dict:
-        request = {"model": self.id, "messages": messages}
+        """The keyword arguments of `chat.completions.create` for this request.
+
+        The messages and tools go in `extra_body`, which the SDK sends as they are. Given as
+        `messages=`, the SDK walks every message through its TypedDict transform first: 2.3-2.7 ms of
+        Python for a 14-message request on a small machine, on the event loop, for a body that is
+        already plain JSON (the transform renames aliased keys and formats files; the request has neither).
+        The body sent is the same.
+        """
+        body = {"messages": messages}
         if tools:
-            request["tools"] = tools
+            body["tools"] = tools
+        request = {"model": self.id, "messages": [], "extra_body": body}
         if response_format:
             request["response_format"] = response_format
         if self.temperature is not None:

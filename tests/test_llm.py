@@ -69,6 +69,33 @@ def test_request_carries_messages_tools_and_streaming_options(llm_server, openai
     assert body["stream_options"] == {"include_usage": True}
 
 
+def test_request_body_is_the_one_the_sdks_plain_create_sends(llm_server, openai_model):
+    """The messages and tools skip the SDK's transform (through extra_body); the body is unchanged."""
+    import openai
+
+    messages = [{"role": "system", "content": "Be brief."}, *HELLO,
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "add_item", "arguments": '{"item": "x"}'}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "Added x"}]
+    llm_server.add(Text("Hi"))
+    llm_server.add(Text("Hi"))
+    stream(openai_model, messages, SHOPPING_TOOLS, {"type": "json_object"})
+
+    async def plain():
+        client = openai.AsyncOpenAI(base_url=llm_server.base_url, api_key="test", max_retries=0)
+        async with client.chat.completions.with_streaming_response.create(
+            model="test-model", messages=messages, tools=SHOPPING_TOOLS, response_format={"type": "json_object"},
+            stream=True, stream_options={"include_usage": True},
+        ) as response:
+            async for _line in response.iter_lines():
+                pass
+        await client.close()
+
+    asyncio.run(plain())
+    ours, sdks = llm_server.requests
+    assert json.dumps(ours, sort_keys=True) == json.dumps(sdks, sort_keys=True)
+
+
 def test_request_leaves_out_empty_tools_and_passes_response_format(llm_server, openai_model):
     response_format = {"type": "json_object"}
 
