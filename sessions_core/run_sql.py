@@ -158,6 +158,28 @@ class RunSQL:
             self._message_row = _typed_row(Message, connection, _MESSAGE_FIELDS)
             self._change_columns, self._message_columns = change_columns, message_columns
             self._tables = (_table(StateChange, connection), message)
+            # A run's first messages take the new run's id, so their VALUES leave the run column out.
+            self._first_names = [name for name in _MESSAGE_FIELDS if name != "run"]
+            self._first_row = _typed_row(Message, connection, tuple(self._first_names))
+            self._first_select = ", ".join("new_run." + quote(Run._meta.pk.column) if name == "run" else f"v.{name}"
+                                           for name in _MESSAGE_FIELDS)
+            self._insert_run, self._take_lease = self.insert_run, self.take_lease
+
+    def start_together(self, messages: int) -> str:
+        """PostgreSQL: insert the run, its first `messages` messages and take the lease as one
+        statement, which returns the run's id. One round trip instead of three."""
+        key = ("start", messages)
+        statement = self._together.get(key)
+        if statement is None:
+            statement = self._together[key] = (
+                f"WITH new_run AS ({self._insert_run})"
+                f", new_messages AS (INSERT INTO {self._tables[1]} ({self._message_columns})"
+                f" SELECT {self._first_select} FROM new_run,"
+                f" (VALUES {', '.join([self._first_row] * messages)}) AS v({', '.join(self._first_names)}))"
+                f", leased AS ({self._take_lease})"
+                f" SELECT * FROM new_run"
+            )
+        return statement
 
     def finish_together(self, changes: int, messages: int, with_state: bool) -> str:
         """PostgreSQL: the usual finish as one statement, for `changes` state changes and `messages`
@@ -305,9 +327,12 @@ class RunStore:
 
     def insert_run(self, *, run_id: str, session_pk: int, component_id: str, input: str, model_id: str,
                    history_seqs: list | None, now: datetime.datetime) -> int:
-        params = (run_id, session_pk, component_id, RunStatus.RUNNING.value, input, "", "str", "", model_id,
-                  self._json({}), self._json(history_seqs), False, self._datetime(now))
+        params = self._run_params(run_id, session_pk, component_id, input, model_id, history_seqs, now)
         return self.execute(self.sql.insert_run, params).fetchone()[0]
+
+    def _run_params(self, run_id, session_pk, component_id, input, model_id, history_seqs, now) -> tuple:
+        return (run_id, session_pk, component_id, RunStatus.RUNNING.value, input, "", "str", "", model_id,
+                self._json({}), self._json(history_seqs), False, self._datetime(now))
 
     def insert_messages(self, rows: list[tuple]) -> None:
         """Rows of (session_pk, run_pk, seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, now)."""
@@ -315,11 +340,11 @@ class RunStore:
             self.execute(self.sql.insert_message + ", ".join([self.sql.message_values] * len(rows)),
                          self._message_params(rows))
 
-    def _message_params(self, rows: list[tuple]) -> list:
+    def _message_params(self, rows: list[tuple], without_run: bool = False) -> list:
         params = []
         for session_pk, run_pk, seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, now in rows:
-            params += (session_pk, run_pk, seq, str(role), content, self._json(tool_calls), tool_call_id, tool_name,
-                       tool_error, self._datetime(now))
+            params += (session_pk, *(() if without_run else (run_pk,)), seq, str(role), content,
+                       self._json(tool_calls), tool_call_id, tool_name, tool_error, self._datetime(now))
         return params
 
     def insert_changes(self, rows: list[tuple]) -> None:
@@ -336,8 +361,10 @@ class RunStore:
         return params
 
     def take_lease(self, session_pk: int, token: str, expires_at, now, last_seq: int) -> None:
-        self.execute(self.sql.take_lease, (token, self._datetime(expires_at), self._datetime(now), last_seq,
-                                                  session_pk))
+        self.execute(self.sql.take_lease, self._lease_params(session_pk, token, expires_at, now, last_seq))
+
+    def _lease_params(self, session_pk, token, expires_at, now, last_seq) -> tuple:
+        return (token, self._datetime(expires_at), self._datetime(now), last_seq, session_pk)
 
     def release_lease(self, session_pk: int, token: str, base_version: int, now, last_seq: int,
                       state_text: str | None = None, state_version: int | None = None) -> bool:
@@ -362,8 +389,24 @@ class RunStore:
         return (str(status), content, content_type, error, self._json(metrics), state_version, self._datetime(now),
                 run_pk)
 
+    def start_run(self, *, run: dict, messages: list[tuple], lease: tuple) -> int:
+        """The usual start's writes: insert the run (`run`: the arguments of `insert_run`), its first
+        messages (rows as for `insert_messages`, whose run is filled in) and take the lease (`lease`:
+        the arguments of `take_lease`). Returns the run's id. One statement on PostgreSQL
+        (`RunSQL.start_together`); elsewhere the statements one by one. Call it inside `atomic()`."""
+        if self.writes_in_one_statement and messages:
+            params = [*self._run_params(**run), *self._message_params(messages, without_run=True),
+                      *self._lease_params(*lease)]
+            return self.execute(self.sql.start_together(len(messages)), params).fetchone()[0]
+        run_pk = self.insert_run(**run)
+        self.insert_messages([(row[0], run_pk, *row[2:]) for row in messages])
+        self.take_lease(*lease)
+        return run_pk
+
     @property
-    def finishes_in_one_statement(self) -> bool:
+    def writes_in_one_statement(self) -> bool:
+        """Whether `start_run` and `finish` each write in one statement (PostgreSQL: data-modifying
+        CTEs, one round trip each). SQLite runs in process, where a round trip costs nothing."""
         return self.connection.vendor == "postgresql"
 
     def finish(self, *, session_pk: int, token: str, base_version: int, last_seq: int, state_text: str | None,
@@ -378,7 +421,7 @@ class RunStore:
         Elsewhere the statements one by one: call it inside `atomic()`."""
         release = self._release_params(session_pk, token, base_version, now, last_seq, state_text, state_version)
         finish = self._finish_params(run_pk, status, content, content_type, error, metrics, state_version, now)
-        if self.finishes_in_one_statement:
+        if self.writes_in_one_statement:
             statement = self.sql.finish_together(len(changes), len(messages), state_text is not None)
             params = [*release, *self._change_params(changes), *self._message_params(messages), *finish]
             return self.execute(statement, params).fetchone()[0] == 1

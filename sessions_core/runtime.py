@@ -363,17 +363,18 @@ class RunLoop:
                 store, session.pk, self.options["num_history_runs"], self.options["num_history_messages"]
             )
         start.history = history
-        start.run_pk = store.insert_run(
-            run_id=self.run_id, session_pk=session.pk, component_id=agent.id, input=self.input,
-            model_id=self.model.id, now=now,
-            history_seqs=[m.seq for m in history] if self.options["store_history_messages"] else None,
-        )
         system = self._system_message(start)
         first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
         first.append(ChatMessage(role=Role.USER, content=self.input))
-        self.last_seq = self._insert_messages(store, session.pk, start.run_pk, first, session.last_seq, now)
+        rows, self.last_seq = self._message_rows(session.pk, None, first, session.last_seq, now)  # run: filled in
+        start.run_pk = store.start_run(
+            run={"run_id": self.run_id, "session_pk": session.pk, "component_id": agent.id, "input": self.input,
+                 "model_id": self.model.id, "now": now,
+                 "history_seqs": [m.seq for m in history] if self.options["store_history_messages"] else None},
+            messages=rows,
+            lease=(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq),
+        )
         self.output.messages = first[:-1] + history + first[-1:]
-        store.take_lease(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq)
         return start
 
     def _create_session(self, store: RunStore, now) -> SessionRow:
@@ -731,7 +732,7 @@ class RunLoop:
             # The usual case, written at once: this run still holds the lease (so it knows last_seq) and
             # nobody changed the state meanwhile (so its changes apply as they are).
             version = self.start.base_version + len(changes)
-            with store.atomic(one_statement=store.finishes_in_one_statement):
+            with store.atomic(one_statement=store.writes_in_one_statement):
                 message_rows, last_seq = self._message_rows(self.start.session_pk, self.start.run_pk, messages,
                                                             self.last_seq, now)
                 if store.finish(
