@@ -558,6 +558,14 @@ class TestInjectedKeys(EngineTestMixin, TestCase):
         assert self.seen == [{"current_session_id": "s", "current_run_id": output.run_id}]
 
 
+def containers(node):
+    """Every dict and list in a tree, the tree itself first."""
+    if isinstance(node, (dict, list)):
+        yield node
+        for child in node.values() if isinstance(node, dict) else node:
+            yield from containers(child)
+
+
 class TestStateFunctions(SimpleTestCase):
     """The pure functions in sessions_core/state.py."""
 
@@ -699,12 +707,6 @@ class TestStateFunctions(SimpleTestCase):
                 return [value(depth + 1) for _ in range(rng.choice([2, 35]))]
             return {rng.choice("abcde"): value(depth + 1) for _ in range(rng.randint(0, 4))}
 
-        def containers(node):
-            if isinstance(node, (dict, list)):
-                yield node
-                for child in node.values() if isinstance(node, dict) else node:
-                    yield from containers(child)
-
         def edit(node):  # in place, like a tool
             for _ in range(rng.randint(1, 3)):
                 target = rng.choice(list(containers(node)))
@@ -743,13 +745,7 @@ class TestStateFunctions(SimpleTestCase):
 
         assert json.dumps(copied) == json.dumps(tree)
 
-        def containers(node):
-            if isinstance(node, (dict, list)):
-                yield id(node)
-                for child in node.values() if isinstance(node, dict) else node:
-                    yield from containers(child)
-
-        assert not set(containers(tree)) & set(containers(copied))
+        assert not set(map(id, containers(tree))) & set(map(id, containers(copied)))
 
     def test_diff_onto_declines_values_whose_json_form_differs(self):
         class Name(str):
