@@ -604,7 +604,8 @@ class TestStateFunctions(SimpleTestCase):
     def test_diff_patches_are_small_and_exact(self):
         before = {"items": ["milk", "eggs", "bread"], "n": 1, "flag": True, "k/~": 0}
         cases = [
-            ({**before, "items": ["milk", "eggs", "bread", "jam"]}, [{"op": "add", "path": "/items/3", "value": "jam"}]),
+            ({**before, "items": ["milk", "eggs", "bread", "jam"]},
+             [{"op": "add", "path": "/items/3", "value": "jam"}]),
             ({**before, "items": ["milk", "bread"]}, [{"op": "remove", "path": "/items/1"}]),
             ({**before, "n": 1.0}, [{"op": "replace", "path": "/n", "value": 1.0}]),  # equal in Python, not in JSON
             ({**before, "flag": 1}, [{"op": "replace", "path": "/flag", "value": 1}]),
