@@ -163,7 +163,6 @@ class RunSQL:
             self._first_row = _typed_row(Message, connection, tuple(self._first_names))
             self._first_select = ", ".join("new_run." + quote(Run._meta.pk.column) if name == "run" else f"v.{name}"
                                            for name in _MESSAGE_FIELDS)
-            self._insert_run, self._take_lease = self.insert_run, self.take_lease
 
     def start_together(self, messages: int) -> str:
         """PostgreSQL: insert the run, its first `messages` messages and take the lease as one
@@ -172,11 +171,11 @@ class RunSQL:
         statement = self._together.get(key)
         if statement is None:
             statement = self._together[key] = (
-                f"WITH new_run AS ({self._insert_run})"
+                f"WITH new_run AS ({self.insert_run})"
                 f", new_messages AS (INSERT INTO {self._tables[1]} ({self._message_columns})"
                 f" SELECT {self._first_select} FROM new_run,"
                 f" (VALUES {', '.join([self._first_row] * messages)}) AS v({', '.join(self._first_names)}))"
-                f", leased AS ({self._take_lease})"
+                f", leased AS ({self.take_lease})"
                 f" SELECT * FROM new_run"
             )
         return statement
