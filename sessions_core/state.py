@@ -311,8 +311,8 @@ def _equal(a, b) -> bool:
                 pass
             else:
                 return a == b
-        try:
-            return orjson.dumps(a) == orjson.dumps(b)
+        try:  # datetimes raise here too (passed through), rather than compare in orjson's own format
+            return orjson.dumps(a, option=_ORJSON_OPTIONS) == orjson.dumps(b, option=_ORJSON_OPTIONS)
         except TypeError:  # a datetime or an int key among the tools' values: compare as below
             pass
     return a == b and _same_types(a, b)
