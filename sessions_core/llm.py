@@ -24,6 +24,7 @@ import openai
 from django.conf import settings
 
 from . import bridge
+from .nul import replace_nul, replace_nul_in_json
 
 
 class ModelError(Exception):
@@ -165,7 +166,7 @@ class OpenAIChat(Model):
             raise ModelError(f"The model server sent malformed data: {exc}") from exc
         if not completion.choices:
             raise ModelError("The model server answered without any reply.")
-        return completion.choices[0].message.content or ""
+        return replace_nul(completion.choices[0].message.content or "")
 
     def _error(self, exc: Exception) -> ModelError:
         """Translate an SDK or transport failure into words."""
@@ -213,7 +214,7 @@ class _StreamedReply:
         """Take one SSE line; return its text delta ("" if none)."""
         if not line.startswith("data:") or self.done:
             return ""
-        data = line[5:].strip()
+        data = replace_nul_in_json(line[5:].strip())  # text, tool names and arguments alike
         if data == "[DONE]":
             self.done = True
             return ""

@@ -47,6 +47,7 @@ from .events import (
 from .history import ChatMessage
 from .llm import ModelChunk, ModelError
 from .models import ChatSession, Role, Run, RunStatus
+from .nul import replace_nul, replace_nul_in_json
 from .run_sql import RunStore, SessionRow
 from .tools import RunContext, call_tool, result_text, timed
 
@@ -199,7 +200,7 @@ class RunLoop:
                  options: dict):
         self.agent = agent
         self.alias = agent.db_alias
-        self.input = "" if input is None else str(input)
+        self.input = "" if input is None else replace_nul(str(input))
         self.session_id = session_id
         self.user_ref = user  # a username, a User or None; resolved to a User in the start step
         self.user = None
@@ -578,7 +579,7 @@ class RunLoop:
         self.output.tools.append(execution)
         function = functions.get(call.name)
         try:
-            args = json.loads(call.arguments or "{}")
+            args = json.loads(replace_nul_in_json(call.arguments or "{}"))  # tools get no NUL either
             if not isinstance(args, dict):
                 raise ValueError("arguments must be a JSON object")
         except ValueError as exc:
@@ -596,7 +597,8 @@ class RunLoop:
                 result = await call_tool(function, args, run_context, self.agent, self.agent.tool_hooks or [])
                 execution.result = result_text(result)
             except Exception as exc:  # a failing tool or hook is reported to the model, the run goes on
-                execution.result, execution.tool_call_error = f"Error: {type(exc).__name__}: {exc}", True
+                execution.result = replace_nul(f"Error: {type(exc).__name__}: {exc}")
+                execution.tool_call_error = True
         else:
             execution.result, execution.tool_call_error = error, True
         execution.metrics = {"duration": elapsed()}
@@ -706,6 +708,7 @@ class RunLoop:
     async def _finish(self, status: str, error: str) -> None:
         self.finished = True
         out = self.output
+        error = replace_nul(error)
         out.status, out.error = status, error
         partial = "".join(self.current_reply)
         if partial:  # the reply of a model call that was stopped or failed part-way

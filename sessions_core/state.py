@@ -16,6 +16,8 @@ from collections.abc import Mapping
 import jsonpatch
 import orjson
 
+from .nul import replace_nul_in_json
+
 # Visible to tools, hooks, templates and the state block during a run; never persisted or returned.
 INJECTED_KEYS = ("current_user_id", "current_session_id", "current_run_id")
 
@@ -95,7 +97,13 @@ def to_json(state: Mapping) -> dict:
 
 
 def dumps(state: Mapping) -> str:
-    """`state` as JSON text, converted and checked as `to_json` does (the form a run keeps it in)."""
+    """`state` as JSON text, converted and checked as `to_json` does (the form a run keeps it in).
+
+    A NUL character in a string becomes U+FFFD (PostgreSQL cannot store it; see nul.py)."""
+    return replace_nul_in_json(_dumps(state))
+
+
+def _dumps(state: Mapping) -> str:
     try:  # orjson: about ten times faster than the json module at encoding a large state
         text = orjson.dumps(state, default=_json_default, option=_ORJSON_OPTIONS)
     except TypeError:  # something orjson will not encode (a non-str key, a huge int): the json module decides
@@ -175,9 +183,9 @@ def diff_onto(snapshot: dict, live: Mapping) -> tuple[list, list] | None:
     `snapshot` is a parsed JSON tree that belongs to the caller; `live` is the state as tools left
     it. When the changed parts of `live` hold only JSON's own types (str, int, float, bool, None,
     dicts with str keys, lists), the patch is made from `live` directly and applied to `snapshot`,
-    so the cost follows the change. Otherwise (a tuple, a datetime, an int key: values whose JSON
-    form differs from themselves, so they would look changed again next time) nothing is touched
-    and None is returned: diff `snapshot` against `live`'s parsed JSON instead.
+    so the cost follows the change. Otherwise (a tuple, a datetime, an int key, a string holding NUL:
+    values whose JSON form differs from themselves, so they would look changed again next time)
+    nothing is touched and None is returned: diff `snapshot` against `live`'s parsed JSON instead.
     """
     patch: list = []
     undo: list = []
@@ -220,14 +228,18 @@ class _NotNative(Exception):
 def _native_copy(value):
     """A copy of a value made only of JSON's own types; raises _NotNative on anything else."""
     kind = type(value)
-    if kind is str or kind is bool or kind is int or value is None:
+    if kind is str:
+        if "\x00" in value:  # stored as U+FFFD: its JSON form differs
+            raise _NotNative
+        return value
+    if kind is bool or kind is int or value is None:
         return value
     if kind is float:
         if not math.isfinite(value):
             raise _NotNative
         return value
     if isinstance(value, dict):
-        if not all(type(key) is str for key in value):
+        if not all(type(key) is str and "\x00" not in key for key in value):
             raise _NotNative
         return {key: _native_copy(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -247,7 +259,7 @@ def _diff(before, after, path: str, patch: list, undo: list, copy_after) -> None
                 undo.append({"op": "add", "path": _pointer(path, key), "value": copy.deepcopy(before[key])})
         for key, value in after.items():
             if key not in before:
-                if copy_after is _native_copy and type(key) is not str:
+                if copy_after is _native_copy and (type(key) is not str or "\x00" in key):
                     raise _NotNative
                 patch.append({"op": "add", "path": _pointer(path, key), "value": copy_after(value)})
                 undo.append({"op": "remove", "path": _pointer(path, key)})

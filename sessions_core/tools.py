@@ -19,6 +19,7 @@ import pydantic
 from asgiref.sync import async_to_sync
 
 from .bridge import call_sync
+from .nul import replace_nul
 
 INJECTED_PARAMS = ("run_context", "agent", "team")
 
@@ -216,7 +217,11 @@ async def call_tool(function: Function, args: dict, run_context: RunContext, age
 
 
 def result_text(result: Any) -> str:
-    """What the model reads back from a tool."""
+    """What the model reads back from a tool (and what is stored)."""
+    return replace_nul(_result_text(result))
+
+
+def _result_text(result: Any) -> str:
     if isinstance(result, str):
         return result
     if isinstance(result, pydantic.BaseModel):
