@@ -141,7 +141,10 @@ def resolve_user(user_id, alias: str, create: bool = True):
     if hasattr(user_id, "pk") and hasattr(user_id, "get_username"):
         return user_id if user_id.is_authenticated else None
     User = get_user_model()
-    lookup = {User.USERNAME_FIELD: str(user_id)}
+    name, longest = str(user_id), User._meta.get_field(User.USERNAME_FIELD).max_length
+    if len(name) > longest or not name.isprintable():  # else SQLite stores it and PostgreSQL refuses it
+        raise ValueError(f"A user id must be 1 to {longest} printable characters.")
+    lookup = {User.USERNAME_FIELD: name}
     if not create:
         return User.objects.db_manager(alias).filter(**lookup).first() or User(**lookup)
     user, _ = User.objects.db_manager(alias).get_or_create(**lookup, defaults={"password": make_password(None)})

@@ -67,6 +67,24 @@ class TestNulIsReplaced(EngineTestMixin, TestCase):
         assert "\x00" not in output.error and "bad\ufffdrequest" in Run.objects.get().error
 
 
+    def test_in_a_session_name(self):
+        self.llm.add(Text("ok"))
+        agent = self.agent()
+        agent.run("hi", session_id="s")
+
+        agent.set_session_name(session_id="s", session_name="Oat\x00milk")
+
+        assert agent.get_session_name(session_id="s") == "Oat\ufffdmilk"
+
+
+    def test_a_user_id_with_nul_or_too_long_is_refused_on_every_database(self):
+        agent = self.agent()
+        for user_id in ("jo\x00hn", "x" * 151):
+            with self.subTest(user_id=user_id[:10]), self.assertRaisesMessage(ValueError, "printable characters"):
+                agent.run("hi", session_id="s", user_id=user_id)
+        assert not Run.objects.exists() and not ChatSession.objects.exists()
+
+
 class TestReplaceNulInJson(SimpleTestCase):
     def test_only_escapes_that_stand_for_nul(self):
         cases = {
