@@ -201,6 +201,9 @@ def _error_detail(exc: openai.APIStatusError) -> str:
     return exc.message
 
 
+TOOL_FIELD_CHARS = 128  # Message.tool_call_id and Message.tool_name
+
+
 class _StreamedReply:
     """Accumulates one streamed completion from its raw `data:` lines."""
 
@@ -252,8 +255,11 @@ class _StreamedReply:
         """The closing chunk: assembled tool calls, usage and finish reason."""
         if not self.done and self.finish_reason is None:
             raise ModelError("The model's reply was cut off mid-stream: it ended before it was finished.")
+        # Ids and names are stored in columns of 128 characters (PostgreSQL refuses more; real ones are
+        # far shorter): a longer one, cut here, stays the same in the call and in its result.
         calls = [
-            ToolCall(id=call["id"], name=call["name"], arguments="".join(call["arguments"]) or "{}")
+            ToolCall(id=call["id"][:TOOL_FIELD_CHARS], name=call["name"][:TOOL_FIELD_CHARS],
+                     arguments="".join(call["arguments"]) or "{}")
             for _, call in sorted(self.tool_calls.items())
         ]
         return ModelChunk(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from . import history as history_module
@@ -283,8 +283,9 @@ class RunLoop:
             status, error, error_type = RunStatus.ERROR, f"{type(exc).__name__}: {exc}", "internal_error"
         await self._finish(status, error)
         out = self.output
-        if status == RunStatus.ERROR:
-            yield self._event(RunErrorEvent, content=error, error_type=error_type)
+        if out.status == RunStatus.ERROR:  # the run's failure, or the database refusing its outcome
+            yield self._event(RunErrorEvent, content=out.error,
+                              error_type=error_type if status == RunStatus.ERROR else "storage_error")
             return
         if status == RunStatus.CANCELLED:
             yield self._event(RunCancelledEvent, reason="Run cancelled", content=out.content or "")
@@ -725,9 +726,28 @@ class RunLoop:
         messages = self.new_messages
         if not self.agent.store_tool_messages:
             messages = [m for m in messages if m.role != Role.TOOL and not m.tool_calls]
-        out.session_state, out.state_version = await call_sync(self._finish_sync, status, error, keep_state, messages)
+        try:
+            out.session_state, out.state_version = await call_sync(
+                self._finish_sync, status, error, keep_state, messages)
+        except DatabaseError as exc:
+            # The database refused the outcome: say so on the run and free the session now, rather than
+            # leave the run "running" and the next one waiting for the lease to expire.
+            logger.exception("Run %s in session %s: its outcome could not be stored", self.run_id, self.session_id)
+            error = replace_nul(f"The run's outcome could not be stored ({type(exc).__name__}: {exc}).")
+            out.status, out.error, out.content = RunStatus.ERROR, error, error
+            await call_sync(self._finish_failed, error)
+            out.session_state, out.state_version = json.loads(self.start.base_text), self.start.base_version
         out.messages.extend(self.new_messages)
         _notify_lease_released(self.start.session_pk)
+
+    def _finish_failed(self, error: str) -> None:
+        """The run failed to store its outcome: mark it failed and release the lease (its replies are lost)."""
+        now = timezone.now()
+        with transaction.atomic(using=self.alias):
+            Run.objects.using(self.alias).filter(pk=self.start.run_pk).update(
+                status=RunStatus.ERROR, error=error, content=error, finished_at=now)
+            ChatSession.objects.using(self.alias).filter(pk=self.start.session_pk, lease_token=self.lease_token).update(
+                lease_token="", lease_expires_at=None, last_activity_at=now)
 
     def _finish_sync(self, status, error, keep_state, messages) -> tuple[dict, int]:
         """Store the outcome. A failed run keeps the state as it was; otherwise the state as of the

@@ -8,7 +8,7 @@ import threading
 import uuid
 from datetime import timedelta
 
-from django.db import connection
+from django.db import DataError, connection
 from django.test import TestCase, TransactionTestCase
 from django.utils import timezone
 
@@ -133,6 +133,40 @@ class TestModelFailures(ErrorTest):
 
         assert output.status == "error" and "kept calling tools after 25 requests" in output.error
         self.assert_failed_run_kept(output.run_id, "kept calling tools", "loop")
+
+    def test_a_tool_name_longer_than_its_column_is_cut_and_the_run_goes_on(self):
+        """A made-up tool name of 200 characters: PostgreSQL would refuse it whole (the column holds 128)."""
+        self.llm.add(ToolCalls([("x" * 200, {})]), Text("Sorry."))
+
+        output = self.agent_.run("call it", session_id="s")
+
+        assert output.status == "completed" and output.content == "Sorry."
+        messages = Message.objects.filter(run__run_id=output.run_id)
+        tool = messages.get(role="tool")
+        assert (tool.tool_name, tool.tool_error) == ("x" * 128, True)
+        assert "no tool named" in tool.content
+        assert messages.get(role="assistant", content="").tool_calls[0]["name"] == "x" * 128
+
+    def test_a_database_refusing_the_outcome_fails_the_run_and_frees_the_session(self):
+        refused = []
+
+        def refuse_once(execute, sql, params, many, context):
+            if not refused and '"lease_expires_at" = NULL' in sql:  # the finish's release of the lease
+                refused.append(sql)
+                raise DataError("value too long (simulated)")
+            return execute(sql, params, many, context)
+
+        self.llm.add(Text("A reply that is lost."))
+        with connection.execute_wrapper(refuse_once):
+            events = stream_all(self.agent_, "second", session_id="s")
+
+        assert refused
+        [error] = of_kind(events, RunEvent.run_error)
+        assert error.error_type == "storage_error" and "could not be stored" in error.content
+        assert "simulated" in error.content
+        self.assert_failed_run_kept(error.run_id, "could not be stored", "second")
+        self.llm.add(Text("Fine."))
+        assert self.agent_.run("third", session_id="s").status == "completed"  # no lease left to wait for
 
     def test_a_partial_reply_before_a_cut_is_kept_as_a_message(self):
         self.llm.add(Cut("The answer is"))
