@@ -65,7 +65,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from sessions_core.models import ChatSession, Run, RunStatus
-from sessions_core.nul import replace_nul
+from sessions_core.storable import storable
 
 from . import live
 from .broadcast import session_group, sync_group, user_group
@@ -115,7 +115,7 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame
         text = data.get("text")
         if not isinstance(text, str) or not text.strip():
             raise FrameError("Type a message first.")
-        text = replace_nul(text.strip())  # as the engine stores it (PostgreSQL cannot store U+0000)
+        text = storable(text.strip())  # as the engine stores it: NUL and lone surrogates become U+FFFD
         limit = settings.CHAT_MAX_MESSAGE_CHARS
         if len(text) > limit:
             raise FrameError(f"The message is {len(text):,} characters long; the limit is {limit:,}.")

@@ -24,7 +24,7 @@ from .events import BaseRunEvent, RunEvent
 from .history import ChatMessage, chat_history, completed_messages
 from .llm import Model
 from .models import ChatSession, Message, NameSource, Run, RunStatus, StateChange
-from .nul import replace_nul
+from .storable import storable
 from .summary import SessionSummary, SessionSummaryManager
 from .runtime import RunLoop, RunOutput, load_owned_session, request_cancel, resolve_user, user_label, validate_session_id
 from .tools import Function, RunContext, collect_functions
@@ -409,7 +409,7 @@ class Agent:
         """Name the session, or with autogenerate=True ask the model for a name of at most five words."""
         if not autogenerate and not (session_name and session_name.strip()):
             raise ValueError("No session name provided")
-        session_name = replace_nul(session_name or "")
+        session_name = storable(session_name or "")
         source = NameSource.USER
         if autogenerate:
             from .naming import generate_session_name

@@ -24,7 +24,7 @@ import openai
 from django.conf import settings
 
 from . import bridge
-from .nul import replace_nul, replace_nul_in_json
+from .storable import storable, storable_json
 
 
 class ModelError(Exception):
@@ -166,7 +166,7 @@ class OpenAIChat(Model):
             raise ModelError(f"The model server sent malformed data: {exc}") from exc
         if not completion.choices:
             raise ModelError("The model server answered without any reply.")
-        return replace_nul(completion.choices[0].message.content or "")
+        return storable(completion.choices[0].message.content or "")
 
     def _error(self, exc: Exception) -> ModelError:
         """Translate an SDK or transport failure into words."""
@@ -217,7 +217,7 @@ class _StreamedReply:
         """Take one SSE line; return its text delta ("" if none)."""
         if not line.startswith("data:") or self.done:
             return ""
-        data = replace_nul_in_json(line[5:].strip())  # text, tool names and arguments alike
+        data = line[5:].strip()
         if data == "[DONE]":
             self.done = True
             return ""
@@ -241,7 +241,7 @@ class _StreamedReply:
         delta = choice.get("delta") or {}
         for position, fragment in enumerate(delta.get("tool_calls") or ()):
             self._add_tool_fragment(fragment.get("index", position), fragment)
-        return delta.get("content") or ""
+        return storable(delta.get("content") or "")
 
     def _add_tool_fragment(self, index: int, fragment: dict) -> None:
         call = self.tool_calls.setdefault(index, {"id": "", "name": "", "arguments": []})
@@ -258,8 +258,8 @@ class _StreamedReply:
         # Ids and names are stored in columns of 128 characters (PostgreSQL refuses more; real ones are
         # far shorter): a longer one, cut here, stays the same in the call and in its result.
         calls = [
-            ToolCall(id=call["id"][:TOOL_FIELD_CHARS], name=call["name"][:TOOL_FIELD_CHARS],
-                     arguments="".join(call["arguments"]) or "{}")
+            ToolCall(id=storable(call["id"])[:TOOL_FIELD_CHARS], name=storable(call["name"])[:TOOL_FIELD_CHARS],
+                     arguments=storable_json("".join(call["arguments"])) or "{}")
             for _, call in sorted(self.tool_calls.items())
         ]
         return ModelChunk(

@@ -47,7 +47,7 @@ from .events import (
 from .history import ChatMessage
 from .llm import ModelChunk, ModelError
 from .models import ChatSession, Role, Run, RunStatus
-from .nul import replace_nul, replace_nul_in_json
+from .storable import storable, storable_tree
 from .run_sql import RunStore, SessionRow
 from .tools import RunContext, call_tool, result_text, timed
 
@@ -203,7 +203,7 @@ class RunLoop:
                  options: dict):
         self.agent = agent
         self.alias = agent.db_alias
-        self.input = "" if input is None else replace_nul(str(input))
+        self.input = "" if input is None else storable(str(input))
         self.session_id = session_id
         self.user_ref = user  # a username, a User or None; resolved to a User in the start step
         self.user = None
@@ -583,7 +583,8 @@ class RunLoop:
         self.output.tools.append(execution)
         function = functions.get(call.name)
         try:
-            args = json.loads(replace_nul_in_json(call.arguments or "{}"))  # tools get no NUL either
+            # NUL and lone surrogates (JSON escapes carry both) become U+FFFD before a tool sees them.
+            args = storable_tree(json.loads(call.arguments or "{}"))
             if not isinstance(args, dict):
                 raise ValueError("arguments must be a JSON object")
         except ValueError as exc:
@@ -601,7 +602,7 @@ class RunLoop:
                 result = await call_tool(function, args, run_context, self.agent, self.agent.tool_hooks or [])
                 execution.result = result_text(result)
             except Exception as exc:  # a failing tool or hook is reported to the model, the run goes on
-                execution.result = replace_nul(f"Error: {type(exc).__name__}: {exc}")
+                execution.result = storable(f"Error: {type(exc).__name__}: {exc}")
                 execution.tool_call_error = True
         else:
             execution.result, execution.tool_call_error = error, True
@@ -712,7 +713,7 @@ class RunLoop:
     async def _finish(self, status: str, error: str) -> None:
         self.finished = True
         out = self.output
-        error = replace_nul(error)
+        error = storable(error)
         out.status, out.error = status, error
         partial = "".join(self.current_reply)
         if partial:  # the reply of a model call that was stopped or failed part-way
@@ -733,7 +734,7 @@ class RunLoop:
             # The database refused the outcome: say so on the run and free the session now, rather than
             # leave the run "running" and the next one waiting for the lease to expire.
             logger.exception("Run %s in session %s: its outcome could not be stored", self.run_id, self.session_id)
-            error = replace_nul(f"The run's outcome could not be stored ({type(exc).__name__}: {exc}).")
+            error = storable(f"The run's outcome could not be stored ({type(exc).__name__}: {exc}).")
             out.status, out.error, out.content = RunStatus.ERROR, error, error
             await call_sync(self._finish_failed, error)
             out.session_state, out.state_version = json.loads(self.start.base_text), self.start.base_version

@@ -44,7 +44,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from .models import ChatSession, Message, Role
-from .nul import replace_nul
+from .storable import storable
 
 # These four are baked into the index definitions of migration 0002: change both together.
 TS_CONFIG = "english"
@@ -106,7 +106,7 @@ class ParsedQuery:
 
 def parse_query(raw: str) -> ParsedQuery:
     """Split a search box entry into filters and websearch-style terms."""
-    raw = replace_nul((raw or "")[:MAX_QUERY_CHARS])  # as stored: NUL matches the U+FFFD it became
+    raw = storable((raw or "")[:MAX_QUERY_CHARS])  # as stored: NUL matches the U+FFFD it became
     pinned, assistants = False, []
     for match in _FILTER.finditer(raw):
         if match.group(1):

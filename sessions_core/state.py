@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import jsonpatch
 import orjson
 
-from .nul import replace_nul_in_json
+from .storable import is_storable, storable_json
 
 # Visible to tools, hooks, templates and the state block during a run; never persisted or returned.
 INJECTED_KEYS = ("current_user_id", "current_session_id", "current_run_id")
@@ -99,8 +99,8 @@ def to_json(state: Mapping) -> dict:
 def dumps(state: Mapping) -> str:
     """`state` as JSON text, converted and checked as `to_json` does (the form a run keeps it in).
 
-    A NUL character in a string becomes U+FFFD (PostgreSQL cannot store it; see nul.py)."""
-    return replace_nul_in_json(_dumps(state))
+    A NUL character or a lone surrogate in a string becomes U+FFFD (see storable.py)."""
+    return storable_json(_dumps(state))
 
 
 def _dumps(state: Mapping) -> str:
@@ -113,12 +113,13 @@ def _dumps(state: Mapping) -> str:
         # state through the strict json module (a None in the state, or the word in a string, costs time only).
         if b"null" not in text:
             return text.decode()
+    # The json module writes characters raw too (ensure_ascii=False), as orjson does: no escapes to undo.
     try:  # the json module's C encoder
-        return json.dumps(state, default=_json_default, allow_nan=False)
+        return json.dumps(state, default=_json_default, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError):
         # The slow walk finds the offending value and names where it sits (or converts what the
         # fast path could not, such as a Mapping that is not a dict holding a datetime).
-        return json.dumps(_to_json(state, ""), allow_nan=False)
+        return json.dumps(_to_json(state, ""), allow_nan=False, ensure_ascii=False)
 
 
 # Datetimes and dataclasses reach _json_default, so both encoders treat them alike.
@@ -183,7 +184,7 @@ def diff_onto(snapshot: dict, live: Mapping) -> tuple[list, list] | None:
     `snapshot` is a parsed JSON tree that belongs to the caller; `live` is the state as tools left
     it. When the changed parts of `live` hold only JSON's own types (str, int, float, bool, None,
     dicts with str keys, lists), the patch is made from `live` directly and applied to `snapshot`,
-    so the cost follows the change. Otherwise (a tuple, a datetime, an int key, a string holding NUL:
+    so the cost follows the change. Otherwise (a tuple, a datetime, an int key, a string with a NUL:
     values whose JSON form differs from themselves, so they would look changed again next time)
     nothing is touched and None is returned: diff `snapshot` against `live`'s parsed JSON instead.
     """
@@ -229,7 +230,7 @@ def _native_copy(value):
     """A copy of a value made only of JSON's own types; raises _NotNative on anything else."""
     kind = type(value)
     if kind is str:
-        if "\x00" in value:  # stored as U+FFFD: its JSON form differs
+        if not is_storable(value):  # NUL or a lone surrogate, stored as U+FFFD: its JSON form differs
             raise _NotNative
         return value
     if kind is bool or kind is int or value is None:
@@ -239,7 +240,7 @@ def _native_copy(value):
             raise _NotNative
         return value
     if isinstance(value, dict):
-        if not all(type(key) is str and "\x00" not in key for key in value):
+        if not all(type(key) is str and is_storable(key) for key in value):
             raise _NotNative
         return {key: _native_copy(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -259,7 +260,7 @@ def _diff(before, after, path: str, patch: list, undo: list, copy_after) -> None
                 undo.append({"op": "add", "path": _pointer(path, key), "value": copy.deepcopy(before[key])})
         for key, value in after.items():
             if key not in before:
-                if copy_after is _native_copy and (type(key) is not str or "\x00" in key):
+                if copy_after is _native_copy and (type(key) is not str or not is_storable(key)):
                     raise _NotNative
                 patch.append({"op": "add", "path": _pointer(path, key), "value": copy_after(value)})
                 undo.append({"op": "remove", "path": _pointer(path, key)})

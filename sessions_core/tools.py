@@ -19,7 +19,7 @@ import pydantic
 from asgiref.sync import async_to_sync
 
 from .bridge import call_sync
-from .nul import replace_nul
+from .storable import storable
 
 INJECTED_PARAMS = ("run_context", "agent", "team")
 
@@ -218,7 +218,7 @@ async def call_tool(function: Function, args: dict, run_context: RunContext, age
 
 def result_text(result: Any) -> str:
     """What the model reads back from a tool (and what is stored)."""
-    return replace_nul(_result_text(result))
+    return storable(_result_text(result))
 
 
 def _result_text(result: Any) -> str:

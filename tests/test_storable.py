@@ -1,13 +1,14 @@
-"""NUL characters (U+0000) from the user, the model, tools and the state: stored as U+FFFD on every
-database, where PostgreSQL would otherwise refuse the run's writes (see sessions_core/nul.py)."""
+"""NUL characters (U+0000) and lone surrogates from the user, the model, tools and the state: stored as
+U+FFFD on every database, where PostgreSQL would otherwise refuse the run's writes (see
+sessions_core/storable.py)."""
 
 from django.test import SimpleTestCase, TestCase
 
 from sessions_core import RunContext
 from sessions_core import state as state_module
 from sessions_core.models import ChatSession, Message, Run, StateChange
-from sessions_core.nul import replace_nul_in_json
 from sessions_core.search import search_sessions
+from sessions_core.storable import storable, storable_json
 from tests.engine_helpers import EngineTestMixin, make_users
 from tests.llm_server import Error, Text, ToolCalls
 
@@ -85,8 +86,34 @@ class TestNulIsReplaced(EngineTestMixin, TestCase):
         assert not Run.objects.exists() and not ChatSession.objects.exists()
 
 
-class TestReplaceNulInJson(SimpleTestCase):
-    def test_only_escapes_that_stand_for_nul(self):
+class TestLoneSurrogatesAreReplaced(EngineTestMixin, TestCase):
+    def test_in_the_users_message_the_models_reply_and_the_state(self):
+        def keep(text: str, run_context: RunContext) -> str:
+            """Keep a text.
+
+            Args:
+                text: The text.
+            """
+            run_context.session_state["kept"] = [text, "pair \ud83d\ude00"]  # two surrogates that pair up
+            return "kept \udc00"
+
+        self.llm.add(ToolCalls([("keep", {"text": "lone \ud800"})]), Text("re\udfffply"))
+
+        output = self.agent(tools=[keep]).run("in\ud800put", session_id="s")
+
+        assert output.status == "completed", output.error
+        assert Message.objects.get(role="user").content == "in\ufffdput"
+        assert output.content == "re\ufffdply"
+        assert Message.objects.get(role="tool").content == "kept \ufffd"
+        assert ChatSession.objects.get().session_state == {"kept": ["lone \ufffd", "pair \U0001f600"]}
+
+
+class TestStorableText(SimpleTestCase):
+    def test_storable_replaces_nul_and_lone_surrogates_and_joins_pairs(self):
+        assert storable("a\x00b\ud800c\udc00d\ud83d\ude00") == "a\ufffdb\ufffdc\ufffdd\U0001f600"
+        assert storable("plain caf\u00e9") == "plain caf\u00e9"
+
+    def test_storable_json_only_escapes_that_stand_for_nul(self):
         cases = {
             '"a\\u0000b"': '"a\\ufffdb"',
             '"\\\\u0000"': '"\\\\u0000"',  # an escaped backslash, then the text u0000
@@ -97,10 +124,11 @@ class TestReplaceNulInJson(SimpleTestCase):
         }
         for text, expected in cases.items():
             with self.subTest(text=text):
-                assert replace_nul_in_json(text) == expected
+                assert storable_json(text) == expected
 
     def test_dumps_and_to_json(self):
         assert state_module.to_json({"a\x00": ["b\x00", "\\u0000"]}) == {"a\ufffd": ["b\ufffd", "\\u0000"]}
+        assert state_module.to_json({"k\ud800": "v\udc00", "n": None}) == {"k\ufffd": "v\ufffd", "n": None}
 
 
 class TestSearch(EngineTestMixin, TestCase):

@@ -1,0 +1,52 @@
+"""Text that every database stores as it is: U+FFFD in place of what PostgreSQL refuses.
+
+A user's message, the model's output, a tool's result and the session state may hold a NUL
+character (U+0000), which PostgreSQL cannot store in text or jsonb, or a lone surrogate (half of a
+UTF-16 pair, from a JSON escape such as "\\ud800"), which is not Unicode and cannot be encoded as
+UTF-8 at all. SQLite would store the first and refuse the second; PostgreSQL refuses both, and the
+run's writes with them. So the engine replaces each with U+FFFD (the replacement character) where
+text comes in, on every database alike. Surrogates that do form a pair are joined into their character.
+"""
+
+import re
+
+REPLACEMENT = "\ufffd"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# `\u0000` in JSON text, unless its backslash is itself escaped (`\\u0000` is the six characters).
+_ESCAPED_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+def is_storable(text: str) -> bool:
+    return "\x00" not in text and not _SURROGATE.search(text)
+
+
+def storable(text: str) -> str:
+    if "\x00" in text:
+        text = text.replace("\x00", REPLACEMENT)
+    if _SURROGATE.search(text):
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def storable_json(text: str) -> str:
+    """JSON text whose strings are `storable`: an escaped NUL, and a raw surrogate, become U+FFFD.
+
+    JSON text cannot hold a raw NUL (it is escaped). A surrogate escape (`\\ud800`) is left alone:
+    the encoders here write characters raw (orjson; the json module with ensure_ascii=False), and a
+    parsed value that holds one goes through `storable` where it is stored.
+    """
+    if "\\u0000" in text:
+        text = _ESCAPED_NUL.sub(r"\1\\ufffd", text)
+    return storable(text)
+
+
+def storable_tree(value):
+    """A parsed JSON value with every string (and key) `storable`."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, list):
+        return [storable_tree(item) for item in value]
+    if isinstance(value, dict):
+        return {storable(key): storable_tree(item) for key, item in value.items()}
+    return value
