@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import jsonpatch
 import orjson
 
-from .storable import is_storable, storable_json
+from .storable import is_storable, storable_json, without_escaped_nul
 
 # Visible to tools, hooks, templates and the state block during a run; never persisted or returned.
 INJECTED_KEYS = ("current_user_id", "current_session_id", "current_run_id")
@@ -100,19 +100,19 @@ def dumps(state: Mapping) -> str:
     """`state` as JSON text, converted and checked as `to_json` does (the form a run keeps it in).
 
     A NUL character or a lone surrogate in a string becomes U+FFFD (see storable.py)."""
-    return storable_json(_dumps(state))
-
-
-def _dumps(state: Mapping) -> str:
     try:  # orjson: about ten times faster than the json module at encoding a large state
         text = orjson.dumps(state, default=_json_default, option=_ORJSON_OPTIONS)
-    except TypeError:  # something orjson will not encode (a non-str key, a huge int): the json module decides
+    except TypeError:  # something orjson will not encode (a non-str key, a huge int, a lone surrogate)
         pass
     else:
         # orjson writes NaN and infinities as null, where we refuse them: any "null" sends the
         # state through the strict json module (a None in the state, or the word in a string, costs time only).
         if b"null" not in text:
-            return text.decode()
+            return without_escaped_nul(text.decode())  # orjson refuses lone surrogates: NUL is all there is
+    return storable_json(_json_module_dumps(state))
+
+
+def _json_module_dumps(state: Mapping) -> str:
     # The json module writes characters raw too (ensure_ascii=False), as orjson does: no escapes to undo.
     try:  # the json module's C encoder
         return json.dumps(state, default=_json_default, allow_nan=False, ensure_ascii=False)

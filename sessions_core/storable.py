@@ -12,19 +12,28 @@ import re
 
 REPLACEMENT = "\ufffd"
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 # `\u0000` in JSON text, unless its backslash is itself escaped (`\\u0000` is the six characters).
 _ESCAPED_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
 
 
+def _has_surrogate(text: str) -> bool:
+    if text.isascii():  # a flag CPython keeps: no scan
+        return False
+    try:
+        text.encode("utf-8")  # in C; fails on a surrogate only
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def is_storable(text: str) -> bool:
-    return "\x00" not in text and not _SURROGATE.search(text)
+    return "\x00" not in text and not _has_surrogate(text)
 
 
 def storable(text: str) -> str:
     if "\x00" in text:
         text = text.replace("\x00", REPLACEMENT)
-    if _SURROGATE.search(text):
+    if _has_surrogate(text):
         text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return text
 
@@ -36,9 +45,12 @@ def storable_json(text: str) -> str:
     the encoders here write characters raw (orjson; the json module with ensure_ascii=False), and a
     parsed value that holds one goes through `storable` where it is stored.
     """
-    if "\\u0000" in text:
-        text = _ESCAPED_NUL.sub(r"\1\\ufffd", text)
-    return storable(text)
+    return storable(without_escaped_nul(text))
+
+
+def without_escaped_nul(text: str) -> str:
+    """JSON text with each escaped NUL (`\u0000`) written as `\ufffd`."""
+    return _ESCAPED_NUL.sub(r"\1\\ufffd", text) if "\\u0000" in text else text
 
 
 def storable_tree(value):
