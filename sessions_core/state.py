@@ -184,9 +184,9 @@ def diff_onto(snapshot: dict, live: Mapping) -> tuple[list, list] | None:
     `snapshot` is a parsed JSON tree that belongs to the caller; `live` is the state as tools left
     it. When the changed parts of `live` hold only JSON's own types (str, int, float, bool, None,
     dicts with str keys, lists), the patch is made from `live` directly and applied to `snapshot`,
-    so the cost follows the change. Otherwise (a tuple, a datetime, an int key, a string with a NUL:
-    values whose JSON form differs from themselves, so they would look changed again next time)
-    nothing is touched and None is returned: diff `snapshot` against `live`'s parsed JSON instead.
+    so the cost follows the change. Otherwise (a tuple, a datetime, an int key, a string with a NUL or
+    a lone surrogate: values whose JSON form differs from themselves, so they would look changed again
+    next time) nothing is touched and None is returned: diff `snapshot` against `live`'s parsed JSON.
     """
     patch: list = []
     undo: list = []
