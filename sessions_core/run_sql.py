@@ -418,18 +418,18 @@ class RunStore:
 
         One statement on PostgreSQL (`RunSQL.finish_together`), so a single round trip, atomic by itself.
         Elsewhere the statements one by one: call it inside `atomic()`."""
-        release = self._release_params(session_pk, token, base_version, now, last_seq, state_text, state_version)
-        finish = self._finish_params(run_pk, status, content, content_type, error, metrics, state_version, now)
         if self.writes_in_one_statement:
             statement = self.sql.finish_together(len(changes), len(messages), state_text is not None)
-            params = [*release, *self._change_params(changes), *self._message_params(messages), *finish]
+            params = [*self._release_params(session_pk, token, base_version, now, last_seq, state_text, state_version),
+                      *self._change_params(changes), *self._message_params(messages),
+                      *self._finish_params(run_pk, status, content, content_type, error, metrics, state_version, now)]
             return self.execute(statement, params).fetchone()[0] == 1
-        statement = self.sql.release_lease if state_text is None else self.sql.release_lease_with_state
-        if self.execute(statement, release).rowcount != 1:
+        if not self.release_lease(session_pk, token, base_version, now, last_seq, state_text, state_version):
             return False
         self.insert_changes(changes)
         self.insert_messages(messages)
-        self.execute(self.sql.finish_run, finish)
+        self.finish_run(run_pk, status=status, content=content, content_type=content_type, error=error,
+                        metrics=metrics, state_version=state_version, now=now)
         return True
 
 
