@@ -635,7 +635,15 @@ def _describe_list(result: str) -> str:
         value = next((v for v in value.values() if isinstance(v, list)), value)
     if isinstance(value, list):
         return f"Your list: {_phrase(value)}." if value else "Your list is empty."
-    return f"Your list: {str(value).strip().rstrip('.')}." if str(value).strip() else "Your list is empty."
+    text = str(value).strip().rstrip(".")
+    if not text:
+        return "Your list is empty."
+    label, colon, items = text.partition(":")
+    if colon and items.strip() and len(label) <= 40:  # "Shopping list: milk, bread": the items after the label
+        return f"Your list: {items.strip()}."
+    if "," not in text and len(text.split()) > 2:  # a sentence of the tool's own ("The list is empty.")
+        return f"{text}."
+    return f"Your list: {text}."
 
 
 _USER_LINE = re.compile(r"^\s*user:\s*(.+?)\s*$", re.I | re.M)

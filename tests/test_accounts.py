@@ -61,3 +61,12 @@ class TestAccounts(TestCase):
         self.client.force_login(alice)
         html = self.client.get(reverse("chat:session", args=[session.session_id])).content.decode()
         assert f'<form method="post" action="{reverse("logout")}">' in html and "alice" in html
+
+
+def test_pages_name_an_icon_that_exists(client, db):
+    """Without one, every page load costs the browser a 404 on /favicon.ico."""
+    from django.contrib.staticfiles import finders
+
+    page = client.get(reverse("login"))
+    assert b'rel="icon" href="/static/chatapp/favicon.svg"' in page.content
+    assert finders.find("chatapp/favicon.svg")

@@ -3,6 +3,8 @@
 import asyncio
 import json
 
+import pytest
+
 from sessions_core.llm import OfflineModel
 
 
@@ -172,6 +174,25 @@ def test_after_tool_results_it_answers_in_words():
     assert reply_text(chunks) == "Removed bread. Added milk and eggs to your list. Your list: milk and eggs."
     assert chunks[-1].tool_calls == []
     assert chunks[-1].finish_reason == "stop"
+
+
+@pytest.mark.parametrize(("result", "reply"), [
+    ("Shopping list: milk, bread", "Your list: milk, bread."),
+    ("The list is empty.", "The list is empty."),
+    ("milk, bread", "Your list: milk, bread."),
+    ('{"shopping_list": ["milk", "bread"]}', "Your list: milk and bread."),
+    ("", "Your list is empty."),
+])
+def test_a_list_tool_result_in_words(result, reply):
+    messages = [
+        user("what's on my list"),
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_list", "arguments": "{}"}},
+        ]},
+        {"role": "tool", "tool_call_id": "call_1", "content": result},
+    ]
+
+    assert reply_text(stream(messages, SHOPPING_TOOLS)) == reply
 
 
 def test_after_a_state_update_it_reports_the_new_list():
