@@ -106,7 +106,9 @@ def _notes() -> Agent:
 ASSISTANTS: dict[str, Assistant] = {
     assistant.id: assistant
     for assistant in (
-        Assistant("general", "General assistant", "Answers questions, keeps a summary of the conversation and can look up your earlier chats.", _general),
+        Assistant("general", "General assistant",
+                  "Answers questions, keeps a summary of the conversation and can look up your earlier chats with it.",
+                  _general),
         Assistant("shopping", "Shopping list", "Keeps a shopping list with add, remove, list and clear tools.",
                   _shopping),
         Assistant("notes", "Notes and list", "Keeps notes and a list by editing its own state (agentic state).",

@@ -679,11 +679,12 @@ _FILLER = re.compile(r"^(?:hi|hello|hey|ok|okay|so|please|can you|could you|woul
 
 
 def _title(messages: list[dict]) -> str:
-    """At most five words from the conversation's first 'USER:' line."""
+    """At most five words from the first sentence of the conversation's first 'USER:' line."""
     lines = _user_lines(messages)
     text = lines[0] if lines else ""
     while (shorter := _FILLER.sub("", text)) != text:
         text = shorter
+    text = re.split(r"(?<=[.!?])\s+", text, maxsplit=1)[0]  # the first sentence: "What can you do? Please..."
     words = re.sub(r"[\"“”‘’`]", "", text).strip(" .!?").split()[:5]
     title = " ".join(words).strip(" .!?,")
     return title[:1].upper() + title[1:] if title else "Offline demo chat"

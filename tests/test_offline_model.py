@@ -227,6 +227,20 @@ def test_title_has_at_most_five_words_without_filler():
     assert title == "Help me plan a birthday"
 
 
+@pytest.mark.parametrize(("said", "title"), [
+    ("Hello! What can you do? Please answer with a list.", "What can you do"),
+    ("Plan a trip to Rome. Then book it", "Plan a trip to Rome"),
+    ("version 2.5 of the app crashes on start", "Version 2.5 of the app"),
+])
+def test_title_comes_from_the_first_sentence(said, title):
+    prompt = [
+        {"role": "system", "content": "Name this conversation in at most five words. No quotes."},
+        {"role": "user", "content": f"USER: {said}\nASSISTANT: Sure!"},
+    ]
+
+    assert asyncio.run(OfflineModel().acomplete(prompt)) == title
+
+
 def test_summary_follows_the_session_summary_schema():
     prompt = [{"role": "user", "content": "Summarise.\nUser: add oat milk\nAssistant: Added.\nUser: remove the milk"}]
     response_format = {"type": "json_schema", "json_schema": {"name": "session_summary", "schema": {}}}
