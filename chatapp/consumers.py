@@ -145,6 +145,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.offsets: dict[str, int] = {}  # run id -> characters of its reply this socket has
         self.waiting_sync: str | None = None  # run id whose text another process was asked for
         self.held: list[dict] = []  # chat.tokens received while waiting for that text
+        self.watcher: asyncio.Task | None = None  # watches the lease of a run in another process
         self.joined = [session_group(session.pk), user_group(user.pk)]
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -152,6 +153,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await self._catch_up()
 
     async def disconnect(self, code):
+        watcher = getattr(self, "watcher", None)
+        if watcher is not None:
+            watcher.cancel()
         for group in getattr(self, "joined", ()):
             await self.channel_layer.group_discard(group, self.channel_name)
 
@@ -187,12 +191,19 @@ class SessionConsumer(AsyncWebsocketConsumer):
         current = live.live_run(pk)
         text = current.text if current else ""  # taken now: later batches carry offsets past it, or are cut
         append = False
+        settled = ""
+        if current is None and not await live.running_elsewhere(self.session):
+            # A run whose process stopped (a restart mid-reply) is interrupted now, and the page gets
+            # its final form below, with the runs it shows as running or has not seen.
+            settled = await live.settle_abandoned(pk)
         if "last_run" in first or "running" in first:
             last_run = first["last_run"][:ID_MAX] if "last_run" in first else None
             running = first.get("running", "")[: ID_MAX * 4]
             html, append = await live.missed_html(pk, last_run, running, skip=current.run_id if current else "")
             if html:
                 await self.send(text_data=html)
+        if settled:
+            await self.send(text_data=live.status_html(*live.INTERRUPTED_NOTE))
         if first.get("reconnect") or live.queued(pk):
             await self.send(text_data=live.queue_html(pk))
         if first.get("reconnect"):
@@ -208,6 +219,21 @@ class SessionConsumer(AsyncWebsocketConsumer):
                     sync_group(pk), {"type": "chat.sync_request", "reply_channel": self.channel_name, "session_pk": pk}
                 )
                 asyncio.get_running_loop().call_later(SYNC_WAIT_SECONDS, self._give_up_sync, run.run_id)
+                self.watcher = asyncio.create_task(self._watch_lease(run.run_id), name=f"chat-lease-watch-{pk}")
+
+    async def _watch_lease(self, run_id: str):
+        """A run of another process: should that process stop, show the run as interrupted when its
+        lease runs out (a live process renews it every few seconds until the run is stored)."""
+        pk = self.session.pk
+        while (left := await live.lease_left(self.session)) is not None:
+            await asyncio.sleep(left + settings.CHAT_LEASE_GRACE_SECONDS)  # a deadline, not a wait on a condition
+        settled = await live.settle_abandoned(pk)
+        html, _ = await live.missed_html(pk, None, run_id)  # the run's final form, whoever ended it
+        if html:
+            self.offsets.pop(run_id, None)
+            if run_id == self.waiting_sync:
+                self.waiting_sync, self.held = None, []
+            await self.send(text_data=html + (live.status_html(*live.INTERRUPTED_NOTE) if settled else ""))
 
     def _give_up_sync(self, run_id: str) -> None:
         # The owning process did not answer (it may have died): show whatever arrives from now on.
@@ -241,6 +267,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def chat_run_done(self, event):
         self.offsets.pop(event["run_id"], None)
+        if self.watcher is not None and event["run_id"] == self.waiting_sync:
+            self.watcher.cancel()
         if event["run_id"] == self.waiting_sync:
             self.waiting_sync, self.held = None, []
         await self.send(text_data=event["html"])

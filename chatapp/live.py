@@ -241,11 +241,36 @@ async def _set_fallback_title(session: ChatSession, text: str) -> bool:
     return bool(updated)
 
 
+async def lease_left(session: ChatSession) -> float | None:
+    """Seconds until the session's run lease expires; None when no run holds it."""
+    now = timezone.now()
+    expires = await ChatSession.objects.for_user(session.owner_id).filter(
+        pk=session.pk, lease_expires_at__gt=now).values_list("lease_expires_at", flat=True).afirst()
+    return None if expires is None else (expires - now).total_seconds()
+
+
 async def running_elsewhere(session: ChatSession) -> bool:
     """A run holds the session's lease (in another process, or just starting here)."""
     now = timezone.now()
     sessions = ChatSession.objects.for_user(session.owner_id)
     return await sessions.filter(pk=session.pk, lease_expires_at__gt=now).aexists()
+
+
+def _settle_abandoned(session_pk: int) -> str:
+    """Runs of the session still marked running whose process is gone (their lease has expired), marked
+    interrupted as the session's next run would mark them; their final form for the page ("" if none)."""
+    runs = Run.objects.filter(session_id=session_pk)
+    abandoned = list(runs.abandoned().values_list("pk", flat=True))  # a read first: usually there are none
+    if not abandoned:
+        return ""
+    runs.filter(pk__in=abandoned).interrupt_abandoned()
+    settled = runs.filter(pk__in=abandoned).exclude(status=RunStatus.RUNNING).order_by("pk")
+    html = "".join(oob(rendering.render_run(run)) for run in settled)
+    return html and html + status_html(*INTERRUPTED_NOTE)
+
+
+async def settle_abandoned(session_pk: int) -> str:
+    return await sync_to_async(_settle_abandoned)(session_pk)
 
 
 async def submit(session: ChatSession, user, text: str) -> Pending:
@@ -304,6 +329,11 @@ async def stop(session: ChatSession, run_id: str = "", queued_id: str = "") -> b
         return False
     if current is not None and current.run_id == run_id:
         return await _stop_here(runner, current)
+    if not await running_elsewhere(session):  # no process is running it any more: it is over already
+        html = await settle_abandoned(session.pk)
+        if html:
+            await _to_session(session.pk, html)
+        return bool(html)
     stopped = await Agent.acancel_run(run_id)
     # Owned by another process: tell it now rather than at its next checkpoint.
     await get_channel_layer().group_send(
@@ -414,7 +444,8 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
         return
     if item.shown_queued:
         await _to_session(pk, f'<li id="queued-{item.queued_id}" hx-swap-oob="delete"></li>')
-    await _to_session(pk, status_html("Waiting for the reply…"))
+    settled = await settle_abandoned(pk)  # a run left by a process that stopped: shown as interrupted
+    await _to_session(pk, settled + status_html("Waiting for the reply…"))
 
     events: asyncio.Queue = asyncio.Queue()
 
@@ -554,6 +585,7 @@ _STATUS_NOTES = {
     RunStatus.ERROR: ("The reply failed. You can retry it.", "error"),
     RunStatus.INTERRUPTED: ("The reply was interrupted.", "error"),
 }
+INTERRUPTED_NOTE = _STATUS_NOTES[RunStatus.INTERRUPTED]
 
 
 def _render_finished(live: LiveRun, owner_pk: int | None) -> tuple[str, ChatSession, str]:

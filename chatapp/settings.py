@@ -160,3 +160,6 @@ if CHAT_STREAM_BATCH_SECONDS < 0 or CHAT_TITLE_ATTEMPTS < 1 or CHAT_TITLE_RETRY_
     raise ImproperlyConfigured("CHAT_STREAM_BATCH_SECONDS, CHAT_TITLE_ATTEMPTS and CHAT_TITLE_RETRY_SECONDS must be positive")
 # Stop: how long a run may take to notice the stop flag before the task reading its stream is cancelled.
 CHAT_STOP_GRACE_SECONDS = _env(env.float, "CHAT_STOP_GRACE_SECONDS", 0.25)
+# A page watching another process's run: how long after the run's lease expired (its process stopped
+# renewing it) the run is shown as interrupted.
+CHAT_LEASE_GRACE_SECONDS = 1.0

@@ -123,6 +123,23 @@ class RunStatus(models.TextChoices):
     INTERRUPTED = "interrupted"
 
 
+INTERRUPTED_ERROR = "The process running this run stopped before it finished."
+
+
+class RunQuerySet(models.QuerySet):
+    def abandoned(self, now=None):
+        """Runs still marked running whose session holds no live lease: the process running them has
+        stopped (a run renews its session's lease every few seconds until it is stored as finished)."""
+        now = now or timezone.now()
+        return self.filter(Q(session__lease_expires_at__isnull=True) | Q(session__lease_expires_at__lte=now),
+                           status=RunStatus.RUNNING)
+
+    def interrupt_abandoned(self, now=None) -> int:
+        """Mark the abandoned runs among these as interrupted, as the session's next run would; how many."""
+        now = now or timezone.now()
+        return self.abandoned(now).update(status=RunStatus.INTERRUPTED, finished_at=now, error=INTERRUPTED_ERROR)
+
+
 class Run(models.Model):
     run_id = models.CharField(max_length=64, unique=True, default=new_id)
     # No index of its own: run_history_idx starts with it (every insert would update both).
@@ -143,6 +160,8 @@ class Run(models.Model):
     cancel_requested = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
 
     class Meta:
         indexes = [models.Index(fields=["session", "status", "-id"], name="run_history_idx")]

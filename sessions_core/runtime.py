@@ -356,10 +356,7 @@ class RunLoop:
             return _Start(busy=True, session_pk=session.pk)
         elif session.lease_token:
             # The process that held the lease stopped renewing it: its run is over.
-            Run.objects.using(alias).filter(session_id=session.pk, status=RunStatus.RUNNING).update(
-                status=RunStatus.INTERRUPTED, finished_at=now,
-                error="The process running this run stopped before it finished.",
-            )
+            Run.objects.using(alias).filter(session_id=session.pk).interrupt_abandoned(now)
         start = _Start(session_pk=session.pk, base_version=session.state_version, summary=session.summary)
         self._merge_state(start, session.state_text)
         history = []

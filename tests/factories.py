@@ -1,5 +1,7 @@
 """Plain factory functions for test data (no extra dependency)."""
 
+from datetime import timedelta
+
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
@@ -27,5 +29,9 @@ def make_run(session, user_text="hello", reply="hi there", status=RunStatus.COMP
     Message.objects.bulk_create(rows)
     session.last_seq = seq + len(rows)
     session.last_activity_at = now
-    session.save(update_fields=["last_seq", "last_activity_at"])
+    fields = ["last_seq", "last_activity_at"]
+    if status == RunStatus.RUNNING:  # as the engine runs it: holding the session's lease
+        session.lease_token, session.lease_expires_at = "test-lease", now + timedelta(seconds=30)
+        fields += ["lease_token", "lease_expires_at"]
+    session.save(update_fields=fields)
     return run

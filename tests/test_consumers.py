@@ -488,3 +488,92 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         assert "Partial from the process" in frames[0]
         assert streamed_text(frames, running.run_id) == " and more"
         await socket.disconnect()
+
+
+class TestAbandonedRuns(LiveTestMixin, TransactionTestCase):
+    """A run whose process stopped mid-reply (a restart): still "running" in the database, its lease
+    no longer renewed. Pages show it interrupted as soon as that is known, instead of forever running."""
+
+    def setUp(self):
+        self.alice = make_user("alice")
+        self.session = make_session(self.alice, component_id="general")
+        self.run = make_run(self.session, "a question", None, status=RunStatus.RUNNING)
+        Run.objects.filter(pk=self.run.pk).update(content="Half a rep", finished_at=None)
+
+    def lease_ends_in(self, seconds: float):
+        expires = timezone.now() + timedelta(seconds=seconds)
+        ChatSession.objects.filter(pk=self.session.pk).update(lease_expires_at=expires)
+
+    async def interrupted(self) -> Run:
+        run = await Run.objects.aget(pk=self.run.pk)
+        assert run.status == RunStatus.INTERRUPTED and run.finished_at is not None
+        assert run.error == "The process running this run stopped before it finished."
+        return run
+
+    async def test_a_page_that_shows_it_running_gets_it_interrupted_when_it_connects(self):
+        await sync_to_async(self.lease_ends_in)(-1)
+        query = f"last_run={self.run.run_id}&running={self.run.run_id}&reconnect=1"
+        socket = await self.socket(self.session.session_id, self.alice, query=query)
+        frames = await frames_until(socket, run_done("interrupted", self.run.run_id))
+        assert "Half a rep" in frames[-1] and "Interrupted: the server stopped during this reply." in frames[-1]
+        frames = await frames_until(socket, lambda f: "The reply was interrupted." in f)
+        await self.interrupted()
+        await socket.disconnect()
+
+    async def test_a_page_watching_it_sees_it_interrupted_when_its_lease_runs_out(self):
+        await sync_to_async(self.lease_ends_in)(0.3)
+        with self.settings(CHAT_LEASE_GRACE_SECONDS=0.05):
+            socket = await self.socket(self.session.session_id, self.alice,
+                                       query=f"last_run={self.run.run_id}&running={self.run.run_id}")
+            # Nobody answers the catch-up request the socket sends: that process is gone.
+            frames = await frames_until(socket, run_done("interrupted", self.run.run_id))
+        assert "The reply was interrupted." in frames[-1]
+        await self.interrupted()
+        await socket.disconnect()
+
+    async def test_a_run_whose_process_renews_its_lease_stays_running(self):
+        await sync_to_async(self.lease_ends_in)(0.3)
+        with self.settings(CHAT_LEASE_GRACE_SECONDS=0.05):
+            socket = await self.socket(self.session.session_id, self.alice,
+                                       query=f"last_run={self.run.run_id}&running={self.run.run_id}")
+            await sync_to_async(self.lease_ends_in)(30)  # the owning process's heartbeat
+            assert await socket.receive_nothing(timeout=1.0)  # past the first expiry: the watch looked again
+        assert (await Run.objects.aget(pk=self.run.pk)).status == RunStatus.RUNNING
+        await socket.disconnect()
+
+    async def test_stop_ends_it_at_once(self):
+        socket = await self.socket(self.session.session_id, self.alice, query=f"last_run={self.run.run_id}")
+        await sync_to_async(self.lease_ends_in)(-1)  # the process stops while the page is open
+        await socket.send_to(text_data=json.dumps({"type": "stop", "run_id": self.run.run_id}))
+        frames = await frames_until(socket, run_done("interrupted", self.run.run_id))
+        assert not any("Nothing to stop." in f for f in frames)
+        await self.interrupted()
+        await socket.disconnect()
+
+    async def test_a_new_message_shows_it_interrupted_before_its_own_reply(self):
+        self.llm.add(Text("A new reply."))
+        socket = await self.socket(self.session.session_id, self.alice, query=f"last_run={self.run.run_id}")
+        await sync_to_async(self.lease_ends_in)(-1)  # the process stops while the page is open
+        await socket.send_to(text_data=json.dumps({"type": "send", "text": "are you there?"}))
+        frames = await frames_until(socket, run_done())
+        old = next(i for i, f in enumerate(frames) if run_done("interrupted", self.run.run_id)(f))
+        new = next(i for i, f in enumerate(frames) if "beforeend:#transcript" in f and "are you there?" in f)
+        assert old < new
+        await settle()
+        await self.interrupted()
+        await socket.disconnect()
+
+    def test_the_page_shows_it_interrupted_and_not_busy(self):
+        self.lease_ends_in(-1)
+        client = Client()
+        client.force_login(self.alice)
+        html = client.get(reverse("chat:session", args=[self.session.session_id])).content.decode()
+        assert 'aria-busy="false"' in html and 'data-status="interrupted"' in html and "Half a rep" in html
+        assert Run.objects.get(pk=self.run.pk).status == RunStatus.INTERRUPTED
+
+    def test_a_page_of_a_run_in_progress_is_left_alone(self):
+        client = Client()
+        client.force_login(self.alice)
+        html = client.get(reverse("chat:session", args=[self.session.session_id])).content.decode()
+        assert 'aria-busy="true"' in html
+        assert Run.objects.get(pk=self.run.pk).status == RunStatus.RUNNING

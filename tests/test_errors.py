@@ -481,6 +481,25 @@ class TestStaleLease(EngineTestMixin, TestCase):
         session.refresh_from_db()
         assert (session.lease_token, session.lease_expires_at) == ("", None)
 
+    def test_abandoned_runs_are_the_running_ones_without_a_live_lease(self):
+        now = timezone.now()
+        sessions = {
+            "leased": make_session(session_id="leased", lease_token="t", lease_expires_at=now + timedelta(seconds=30)),
+            "expired": make_session(session_id="expired", lease_token="t", lease_expires_at=now - timedelta(seconds=1)),
+            "released": make_session(session_id="released"),
+        }
+        runs = {name: Run.objects.create(session=session, status=RunStatus.RUNNING, input=name)
+                for name, session in sessions.items()}
+        Run.objects.create(session=sessions["released"], status=RunStatus.COMPLETED, input="done")
+
+        assert set(Run.objects.abandoned().values_list("input", flat=True)) == {"expired", "released"}
+        assert Run.objects.filter(session=sessions["expired"]).interrupt_abandoned() == 1
+        assert Run.objects.interrupt_abandoned() == 1  # "released": the other one is done already
+        statuses = dict(Run.objects.values_list("input", "status"))
+        assert statuses == {"leased": RunStatus.RUNNING, "expired": RunStatus.INTERRUPTED,
+                            "released": RunStatus.INTERRUPTED, "done": RunStatus.COMPLETED}
+        assert runs["leased"].session.is_running
+
     def test_a_live_lease_is_waited_for(self):
         expires = timezone.now() + timedelta(seconds=0.4)
         make_session(session_id="s", component_id="tester", lease_token="other-process", lease_expires_at=expires)

@@ -8,7 +8,7 @@ from django.urls import Resolver404, resolve
 from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.middleware import HtmxDetails
 
-from sessions_core.models import ChatSession
+from sessions_core.models import ChatSession, Run, RunStatus
 
 from .. import rendering
 from ..assistants import assistant_name
@@ -54,13 +54,17 @@ def is_current(request: HtmxHttpRequest, session: ChatSession) -> bool:
 def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 200, **panel) -> HttpResponse:
     """The three-pane page for `session`; `panel` goes to the state panel (as-of view, form errors)."""
     runs = rendering.transcript_runs(session)
+    if not session.is_running and any(run.status == RunStatus.RUNNING for run in runs):
+        # The process running it stopped (a restart mid-reply): it is over, and shown as interrupted.
+        Run.objects.filter(session_id=session.pk).interrupt_abandoned()
+        runs = rendering.transcript_runs(session)
     return render(request, "chatapp/session.html", {
         "session": session,
         "page": sidebar_page(request.user),
         "current_session_id": session.session_id,
         "runs": runs,
         "run_views": [rendering.run_view(run) for run in runs],
-        "running": any(run.status == "running" for run in runs),
+        "running": any(run.status == RunStatus.RUNNING for run in runs),
         "state_panel": rendering.render_state_panel(session, **panel),
         "assistant_name": assistant_name(session.component_id),
     }, status=status)

@@ -90,8 +90,8 @@ def _test_database_url() -> str:
 class Daphne:
     """`python -m daphne` on a free port, in its own process with its own environment."""
 
-    def __init__(self, env: dict[str, str]):
-        self.port = _free_port()
+    def __init__(self, env: dict[str, str], port: int | None = None):
+        self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # Open for the server's whole life; closed and removed in stop().
         self.log = tempfile.NamedTemporaryFile("w+", prefix="daphne-", suffix=".log", delete=False)  # noqa: SIM115
@@ -115,6 +115,13 @@ class Daphne:
     def output(self) -> str:
         self.log.flush()
         return Path(self.log.name).read_text()[-5000:]
+
+    def kill(self) -> None:
+        """Stop it as a crash would: at once, with no clean-up of its own (SIGKILL)."""
+        self.process.kill()
+        self.process.wait()
+        self.log.close()
+        os.unlink(self.log.name)
 
     def stop(self) -> None:
         self.process.terminate()

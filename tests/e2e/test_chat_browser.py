@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 import threading
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from sessions_core.models import ChatSession, RunStatus
-from tests.e2e.conftest import log_in
+from tests.e2e.conftest import Daphne, _server_env, log_in
 from tests.factories import make_run, make_session, make_user
 from tests.llm_server import Error, Text, ToolCalls, summary_responder
 
@@ -312,6 +314,37 @@ def test_a_tab_on_another_server_process_catches_up_and_stops_the_run(context, d
     expect(last_run(here)).to_have_attribute("data-status", "cancelled")
     assert llm_server.wait_for_disconnects(1, 5)
     hold.set()
+
+
+def test_a_reply_cut_off_by_a_server_crash_is_shown_interrupted(page, django_db_setup, llm_server):
+    env = _server_env(OPENAI_BASE_URL=llm_server.base_url, OPENAI_API_KEY="test", OPENAI_TIMEOUT="10")
+    server = Daphne(env)
+    restarted = None
+    hold = threading.Event()
+    try:
+        alice = make_user("alice")
+        session = make_session(alice, component_id="general", name="Crash", name_source="user")
+        llm_server.add(Text("alpha beta gamma", wait_event=hold))
+        log_in(page.context, server.url, alice)
+        open_chat(page, server, session)
+        send(page, "greek letters")
+        run = last_run(page)
+        expect(run.locator(".reply")).to_contain_text("alpha")
+        server.kill()
+        # The dead process's lease would run out within 30 s; here it is moved to the past instead.
+        ChatSession.objects.filter(pk=session.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        restarted = Daphne(env, port=server.port)  # the same address: the page's socket reconnects to it
+        expect(run).to_have_attribute("data-status", "interrupted", timeout=20_000)
+        expect(run.locator(".run-note.interrupted")).to_be_visible()
+        expect(page.locator("#stop-button")).to_be_hidden()
+        expect(page.locator("#transcript")).to_have_attribute("aria-busy", "false")
+        assert session.runs.get().status == RunStatus.INTERRUPTED
+    finally:
+        hold.set()
+        if restarted is not None:
+            restarted.stop()
+        elif server.process.poll() is None:
+            server.stop()
 
 
 def test_delete_and_undo(page, daphne_server):
