@@ -34,12 +34,15 @@ SESSION_URLS = [
     ("get", "chat:state_panel_hx", {}),
     ("post", "chat:state_edit_hx", {"state": '{"taken": true}', "version": "0"}),
     ("get", "chat:state_version_hx", {}),
+    ("get", "chat:session_export_markdown", {}),
+    ("get", "chat:session_export_json", {}),
 ]
 OTHER_URLS = [
     ("get", "chat:index", {}),
     ("get", "chat:new", {}),
     ("post", "chat:new", {"assistant": "general"}),
     ("get", "chat:trash", {}),
+    ("get", "chat:export_all", {}),
     ("get", "chat:session_list_hx", {}),
     ("get", "chat:search_hx", {"q": "x"}),
 ]

@@ -347,6 +347,21 @@ def test_a_reply_cut_off_by_a_server_crash_is_shown_interrupted(page, django_db_
             server.stop()
 
 
+def test_a_chat_downloads_as_markdown_from_its_sidebar_row(page, daphne_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Trip plans", name_source="user")
+    make_run(session, "where should we go?", "Somewhere **warm**.")
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    row = page.locator(f"#session-item-{session.pk}")
+    row.hover()
+    with page.expect_download() as download:
+        row.get_by_role("link", name="Download Trip plans as Markdown").click()
+    assert download.value.suggested_filename == f"trip-plans-{session.session_id[:8]}.md"
+    text = open(download.value.path(), encoding="utf-8").read()
+    assert text.startswith("# Trip plans\n") and "where should we go?" in text and "Somewhere **warm**." in text
+
+
 def test_delete_and_undo(page, daphne_server):
     alice = make_user("alice")
     keep = make_session(alice, component_id="general", name="Keep me", name_source="user")
