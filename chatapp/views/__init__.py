@@ -15,7 +15,8 @@ from .sessions import (
 from .state import state_edit_hx, state_panel_hx, state_version_hx
 
 __all__ = [
-    "signup", "export_all", "session_export_json", "session_export_markdown", "index", "new_session", "session_page", "transcript_hx", "trash", "session_delete_hx",
+    "signup", "export_all", "session_export_json", "session_export_markdown",
+    "index", "new_session", "session_page", "transcript_hx", "trash", "session_delete_hx",
     "session_destroy_hx", "session_list_hx", "session_pin_hx", "session_rename_hx",
     "session_restore_hx", "session_retitle_hx", "state_edit_hx", "state_panel_hx", "state_version_hx",
 ]
