@@ -192,7 +192,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         text = current.text if current else ""  # taken now: later batches carry offsets past it, or are cut
         append = False
         settled = ""
-        if current is None and not await live.running_elsewhere(self.session):
+        idle = current is None and not await live.running_elsewhere(self.session)
+        if idle:
             # A run whose process stopped (a restart mid-reply) is interrupted now, and the page gets
             # its final form below, with the runs it shows as running or has not seen.
             settled = await live.settle_abandoned(pk)
@@ -204,14 +205,17 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=html)
         if settled:
             await self.send(text_data=live.status_html(*live.INTERRUPTED_NOTE))
-        if first.get("reconnect") or live.queued(pk):
-            await self.send(text_data=live.queue_html(pk))
+        queue = await live.queue_html(pk)
+        if first.get("reconnect") or "queued-item" in queue:
+            await self.send(text_data=queue)
         if first.get("reconnect"):
             await self.send(text_data=await live.state_panel_html(self.session))
+        # Messages queued in a process that has stopped run now, here (the page sees them start).
+        adopted = idle and await live.adopt_orphans(self.session)
         if current is not None:
             await self.send(text_data=await live.live_run_html(current, text, append=append))
             self.offsets[current.run_id] = len(text)
-        elif await live.running_elsewhere(self.session):
+        elif not adopted and await live.running_elsewhere(self.session):
             run = await Run.objects.filter(session_id=pk, status=RunStatus.RUNNING).order_by("-pk").afirst()
             if run is not None:
                 self.waiting_sync = run.run_id
@@ -228,6 +232,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         while (left := await live.lease_left(self.session)) is not None:
             await asyncio.sleep(left + settings.CHAT_LEASE_GRACE_SECONDS)  # a deadline, not a wait on a condition
         settled = await live.settle_abandoned(pk)
+        await live.adopt_orphans(self.session)
         html, _ = await live.missed_html(pk, None, run_id)  # the run's final form, whoever ended it
         if html:
             self.offsets.pop(run_id, None)

@@ -1,7 +1,9 @@
 """Live runs for the web chat: start them, stream them to every tab, stop, queue, catch up, title.
 
 A run is an asyncio task that outlives the socket which asked for it. Each session with work in
-this process has one `SessionRunner`: a FIFO of waiting messages and the run in flight. The task
+this process has one `SessionRunner`: a FIFO of waiting messages and the run in flight. Every waiting
+message is also a `QueuedMessage` row until its run starts, so a process that stops loses none of them:
+the next socket to find the session idle adopts them (`adopt_orphans`). The task
 iterates `agent.arun(..., stream=True, stream_events=True)` and turns every event into HTML sent to
 the session's channel group (so every tab of that session sees it):
 
@@ -24,7 +26,6 @@ import asyncio
 import copy
 import json
 import logging
-import secrets
 import time
 from collections import deque
 from contextlib import aclosing, suppress
@@ -43,6 +44,7 @@ from sessions_core.events import RunEvent
 from sessions_core.models import ChatSession, Message, NameSource, Role, Run, RunStatus
 
 from . import assistants, rendering, state_view
+from .models import QueuedMessage, new_queued_id
 from .broadcast import asend_to_session, oob, oob_wrap, sync_group, user_group
 
 logger = logging.getLogger("chatapp.live")
@@ -61,9 +63,10 @@ class Pending:
 
     text: str
     user: object
-    queued_id: str = field(default_factory=lambda: secrets.token_hex(6))
+    queued_id: str = field(default_factory=new_queued_id)
     cancelled: bool = False
     shown_queued: bool = False  # a queued note was sent for it
+    row_pk: int | None = None  # its QueuedMessage, deleted when its run starts
 
 
 @dataclass
@@ -123,9 +126,9 @@ def live_run(session_pk: int) -> LiveRun | None:
     return runner.current if runner else None
 
 
-def queued(session_pk: int) -> list[Pending]:
-    runner = _runners.get(session_pk)
-    return [item for item in runner.pending if not item.cancelled] if runner else []
+async def queued(session_pk: int) -> list[QueuedMessage]:
+    """The session's messages waiting for their run, oldest first (in this process or another)."""
+    return [row async for row in QueuedMessage.objects.filter(session_id=session_pk).order_by("pk")]
 
 
 async def wait_idle(timeout: float = 30) -> None:
@@ -149,13 +152,13 @@ def status_html(message: str, kind: str = "info") -> str:
     return render_to_string("chatapp/_run_status.html", {"message": message, "kind": kind})
 
 
-def queued_html(item: Pending) -> str:
+def queued_html(item: Pending | QueuedMessage) -> str:
     return render_to_string("chatapp/_queued.html", {"item": item, "note": QUEUED_NOTE})
 
 
-def queue_html(session_pk: int) -> str:
-    """The whole queue (#queue) as this process holds it."""
-    items = "".join(queued_html(item) for item in queued(session_pk))
+async def queue_html(session_pk: int) -> str:
+    """The whole queue (#queue), as stored."""
+    items = "".join(queued_html(item) for item in await queued(session_pk))
     hidden = "" if items else " hidden"
     return f'<ol id="queue" class="queue" aria-label="Queued messages" hx-swap-oob="true"{hidden}>{items}</ol>'
 
@@ -279,6 +282,8 @@ async def submit(session: ChatSession, user, text: str) -> Pending:
     if runner is None:
         runner = _runners[session.pk] = SessionRunner(session.pk, session.owner_id)
     item = Pending(text=text, user=user)
+    row = await QueuedMessage.objects.acreate(session_id=session.pk, user=user, text=text, queued_id=item.queued_id)
+    item.row_pk = row.pk
     must_wait = runner.busy or bool(runner.pending) or await running_elsewhere(session)
     runner.pending.append(item)
     if not session.name and await _set_fallback_title(session, text):
@@ -303,14 +308,17 @@ async def stop(session: ChatSession, run_id: str = "", queued_id: str = "") -> b
     """Stop the session's run (the given one, else the one in flight) or drop a queued message."""
     runner = _runners.get(session.pk)
     if queued_id:
+        # Dropped from the stored queue, so whichever process holds it skips it.
+        deleted, _ = await QueuedMessage.objects.filter(session_id=session.pk, queued_id=queued_id).adelete()
         for item in runner.pending if runner else ():
-            if item.queued_id == queued_id and not item.cancelled:
+            if item.queued_id == queued_id:
                 item.cancelled = True
                 runner.pending.remove(item)
-                await _to_session(session.pk, f'<li id="queued-{queued_id}" hx-swap-oob="delete"></li>'
-                                  + status_html("Queued message removed."))
-                return True
-        return False
+                break
+        if deleted:
+            await _to_session(session.pk, f'<li id="queued-{queued_id}" hx-swap-oob="delete"></li>'
+                              + status_html("Queued message removed."))
+        return bool(deleted)
     current = runner.current if runner else None
     if not run_id and current is None and runner is not None and runner.starting is not None:
         runner.starting.cancelled = True  # stopped before it started: cancelled at RunStarted
@@ -370,8 +378,10 @@ async def _drain(runner: SessionRunner) -> None:
             item = runner.pending.popleft()
             if item.cancelled:
                 continue
-            runner.starting = item
+            runner.starting = item  # from here a Stop without a run id stops it (at its RunStarted)
             try:
+                if not await _take(item):
+                    continue
                 await _run_one(runner, item)
             except Exception:
                 logger.exception("Run for session %s failed", runner.session_pk)
@@ -386,6 +396,33 @@ async def _drain(runner: SessionRunner) -> None:
             runner.task = asyncio.create_task(_drain(runner), name=f"chat-session-{runner.session_pk}")
         elif _runners.get(runner.session_pk) is runner:
             del _runners[runner.session_pk]
+
+
+async def _take(item: Pending) -> bool:
+    """Take the message off the stored queue to run it now; False if it is gone (dropped, or taken by
+    another process that adopted it)."""
+    deleted, _ = await QueuedMessage.objects.filter(pk=item.row_pk).adelete()
+    return bool(deleted)
+
+
+async def adopt_orphans(session: ChatSession) -> bool:
+    """Run here the session's stored queue that no process is working through (the process it was sent
+    to has stopped), in order. True if there was something to run."""
+    runner = _runners.get(session.pk)
+    if (runner is not None and (runner.busy or runner.pending)) or await running_elsewhere(session):
+        return False
+    rows = [row async for row in QueuedMessage.objects.filter(session_id=session.pk).select_related("user")]
+    if not rows:
+        return False
+    runner = _runners.get(session.pk)  # looked up again: this coroutine waited above
+    if runner is None:
+        runner = _runners[session.pk] = SessionRunner(session.pk, session.owner_id)
+    held = {item.row_pk for item in runner.pending}
+    runner.pending.extend(Pending(text=row.text, user=row.user, queued_id=row.queued_id, shown_queued=True,
+                                  row_pk=row.pk) for row in rows if row.pk not in held)
+    if not runner.busy:
+        runner.task = asyncio.create_task(_drain(runner), name=f"chat-session-{session.pk}")
+    return True
 
 
 # One listener per process and event loop, never cancelled: cancelling a channel layer's receive()

@@ -42,3 +42,12 @@ def test_transcript_view_requires_staff(client):
     client.force_login(get_user_model().objects.create_user("eve", password="pw-eve-123"))
     response = client.get(reverse("admin:sessions_core_chatsession_transcript", args=[session.pk]))
     assert response.status_code == 302
+
+
+def test_queued_messages_are_listed(admin_client_logged_in):
+    from chatapp.models import QueuedMessage
+
+    bob = make_user("bob")
+    queued = QueuedMessage.objects.create(session=make_session(bob, name="Waiting"), user=bob, text="later")
+    response = admin_client_logged_in.get(reverse("admin:chatapp_queuedmessage_changelist"))
+    assert response.status_code == 200 and queued.queued_id.encode() in response.content

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from chatapp import live
 from chatapp.broadcast import oob, oob_wrap, session_group, user_group
+from chatapp.models import QueuedMessage
 from sessions_core.models import ChatSession, NameSource, Run, RunStatus
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import LiveTestMixin, layer_listener, settle
@@ -47,7 +48,9 @@ class TestFragments(SimpleTestCase):
                         "&amp; more</div>")
 
 
-class TestRunTasks(LiveTestMixin, TransactionTestCase):
+class LiveTaskTests(LiveTestMixin, TransactionTestCase):
+    """A session of alice's, and readers of what the run tasks send to the channel groups."""
+
     def setUp(self):
         self.alice = make_user("alice")
         self.session = make_session(self.alice, component_id="general")
@@ -70,6 +73,9 @@ class TestRunTasks(LiveTestMixin, TransactionTestCase):
             done += message["type"] == "chat.run_done"
         return messages
 
+
+
+class TestRunTasks(LiveTaskTests):
     async def test_the_first_batch_goes_at_once_and_later_ones_are_batched(self):
         words = " ".join(f"word{n}" for n in range(30))
         self.llm.add(Text(words, chunk_delay=0.005))
@@ -94,13 +100,13 @@ class TestRunTasks(LiveTestMixin, TransactionTestCase):
         second = await live.submit(session, self.alice, "two")
         third = await live.submit(session, self.alice, "three")
         assert not first.shown_queued and second.shown_queued and third.shown_queued
-        assert [item.text for item in live.queued(session.pk)] == ["two", "three"]
+        assert [item.text for item in await live.queued(session.pk)] == ["two", "three"]
         hold.set()
         await self.collect_until_done(channel, 3)
         await settle()
         runs = [(r.input, r.content) async for r in Run.objects.filter(session=session).order_by("pk")]
         assert runs == [("one", "reply one"), ("two", "reply two"), ("three", "reply three")]
-        assert live.queued(session.pk) == []
+        assert await live.queued(session.pk) == []
 
     async def test_a_queued_message_can_be_dropped_before_it_runs(self):
         hold = threading.Event()
@@ -204,3 +210,85 @@ class TestRunTasks(LiveTestMixin, TransactionTestCase):
         await live.submit(session, self.alice, "a first message")
         await settle()
         assert (await ChatSession.objects.aget(pk=session.pk)).name == "Mine"
+
+
+class TestStoredQueue(LiveTaskTests):
+    """Messages waiting for their run are rows (chatapp.QueuedMessage): a process that stops (a restart,
+    a crash) does not take them with it, and none runs twice."""
+
+    async def orphan(self, text: str) -> QueuedMessage:
+        """A message left queued by a process that has stopped: a row, and no process holding it."""
+        return await QueuedMessage.objects.acreate(session_id=self.session.pk, user=self.alice, text=text)
+
+    async def test_a_queued_message_is_stored_until_its_run_starts(self):
+        hold = threading.Event()
+        self.llm.add(Text("reply one", wait_event=hold))
+        self.llm.responder = echo_reply
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        channel = await self.listen(session_group(session.pk))
+        await live.submit(session, self.alice, "one")
+        second = await live.submit(session, self.alice, "two")
+        stored = await QueuedMessage.objects.aget(queued_id=second.queued_id)
+        assert (stored.text, stored.user_id, stored.session_id) == ("two", self.alice.pk, session.pk)
+        hold.set()
+        await self.collect_until_done(channel, 2)
+        await settle()
+        assert not await QueuedMessage.objects.aexists()
+
+    async def test_messages_left_by_a_stopped_process_run_here_in_order(self):
+        self.llm.responder = echo_reply
+        first, second = await self.orphan("left one"), await self.orphan("left two")
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        channel = await self.listen(session_group(session.pk))
+        assert "left one" in await live.queue_html(session.pk)  # the page shows them queued meanwhile
+        assert await live.adopt_orphans(session)
+        messages = await self.collect_until_done(channel, 2)
+        await settle()
+        runs = [(r.input, r.content) async for r in Run.objects.filter(session=session).order_by("pk")]
+        assert runs == [("left one", "reply left one"), ("left two", "reply left two")]
+        removed = [m["html"] for m in messages if 'hx-swap-oob="delete"' in m.get("html", "")]
+        assert any(f"queued-{first.queued_id}" in html for html in removed)
+        assert any(f"queued-{second.queued_id}" in html for html in removed)
+        assert not await QueuedMessage.objects.aexists()
+
+    async def test_nothing_is_adopted_while_a_run_holds_the_session(self):
+        await self.orphan("waiting")
+        await ChatSession.objects.filter(pk=self.session.pk).aupdate(
+            lease_token="elsewhere", lease_expires_at=timezone.now() + timedelta(seconds=30))
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        assert not await live.adopt_orphans(session)
+        assert await QueuedMessage.objects.acount() == 1 and not await Run.objects.aexists()
+
+    async def test_two_adoptions_at_once_run_each_message_once(self):
+        self.llm.responder = echo_reply
+        await self.orphan("only once")
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        channel = await self.listen(session_group(session.pk))
+        await asyncio.gather(live.adopt_orphans(session), live.adopt_orphans(session))
+        await self.collect_until_done(channel, 1)
+        await settle()
+        assert [r.input async for r in Run.objects.filter(session=session)] == ["only once"]
+
+    async def test_a_message_another_process_took_is_not_run_here(self):
+        hold = threading.Event()
+        self.llm.add(Text("reply one", wait_event=hold))
+        self.llm.responder = echo_reply
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        channel = await self.listen(session_group(session.pk))
+        await live.submit(session, self.alice, "one")
+        second = await live.submit(session, self.alice, "two")
+        await live.submit(session, self.alice, "three")
+        await QueuedMessage.objects.filter(queued_id=second.queued_id).adelete()  # taken elsewhere
+        hold.set()
+        await self.collect_until_done(channel, 2)
+        await settle()
+        assert [r.input async for r in Run.objects.filter(session=session).order_by("pk")] == ["one", "three"]
+
+    async def test_a_message_queued_in_another_process_can_be_dropped_from_here(self):
+        orphan = await self.orphan("never mind")
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        channel = await self.listen(session_group(session.pk))
+        assert await live.stop(session, queued_id=orphan.queued_id)
+        removed = await self.next_message(channel, lambda m: 'hx-swap-oob="delete"' in m.get("html", ""))
+        assert f'<li id="queued-{orphan.queued_id}" hx-swap-oob="delete">' in removed["html"]
+        assert not await QueuedMessage.objects.aexists()

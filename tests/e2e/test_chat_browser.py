@@ -316,7 +316,7 @@ def test_a_tab_on_another_server_process_catches_up_and_stops_the_run(context, d
     hold.set()
 
 
-def test_a_reply_cut_off_by_a_server_crash_is_shown_interrupted(page, django_db_setup, llm_server):
+def test_a_server_crash_mid_reply_shows_it_interrupted_and_loses_no_queued_message(page, django_db_setup, llm_server):
     env = _server_env(OPENAI_BASE_URL=llm_server.base_url, OPENAI_API_KEY="test", OPENAI_TIMEOUT="10")
     server = Daphne(env)
     restarted = None
@@ -324,21 +324,29 @@ def test_a_reply_cut_off_by_a_server_crash_is_shown_interrupted(page, django_db_
     try:
         alice = make_user("alice")
         session = make_session(alice, component_id="general", name="Crash", name_source="user")
-        llm_server.add(Text("alpha beta gamma", wait_event=hold))
+        llm_server.add(Text("alpha beta gamma", wait_event=hold), Text("Here is the queued answer."))
         log_in(page.context, server.url, alice)
         open_chat(page, server, session)
         send(page, "greek letters")
-        run = last_run(page)
-        expect(run.locator(".reply")).to_contain_text("alpha")
+        expect(last_run(page).locator(".reply")).to_contain_text("alpha")
+        run = page.locator(f"#run-{last_run(page).get_attribute('data-run-id')}")  # this one, not the last
+        send(page, "and a question that waits")
+        expect(page.locator("#queue .queued-item")).to_contain_text("and a question that waits")
         server.kill()
         # The dead process's lease would run out within 30 s; here it is moved to the past instead.
         ChatSession.objects.filter(pk=session.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
         restarted = Daphne(env, port=server.port)  # the same address: the page's socket reconnects to it
         expect(run).to_have_attribute("data-status", "interrupted", timeout=20_000)
         expect(run.locator(".run-note.interrupted")).to_be_visible()
+        # The message that was waiting behind it was not lost with the process: it runs now.
+        queued = page.locator("#transcript .run").nth(1)
+        expect(queued).to_contain_text("and a question that waits")
+        expect(queued).to_have_attribute("data-status", "completed")
+        expect(queued.locator(".reply")).to_have_text("Here is the queued answer.")
+        expect(page.locator("#queue .queued-item")).to_have_count(0)
         expect(page.locator("#stop-button")).to_be_hidden()
         expect(page.locator("#transcript")).to_have_attribute("aria-busy", "false")
-        assert session.runs.get().status == RunStatus.INTERRUPTED
+        assert [run.status for run in session.runs.order_by("pk")] == [RunStatus.INTERRUPTED, RunStatus.COMPLETED]
     finally:
         hold.set()
         if restarted is not None:
