@@ -205,9 +205,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 await self.send(text_data=html)
         if settled:
             await self.send(text_data=live.status_html(*live.INTERRUPTED_NOTE))
-        queue = await live.queue_html(pk)
-        if first.get("reconnect") or "queued-item" in queue:
-            await self.send(text_data=queue)
+        queued = await live.queued(pk)
+        if first.get("reconnect") or queued:
+            await self.send(text_data=live.queue_html(queued))
         if first.get("reconnect"):
             await self.send(text_data=await live.state_panel_html(self.session))
         # Messages queued in a process that has stopped run now, here (the page sees them start).

@@ -44,8 +44,8 @@ from sessions_core.events import RunEvent
 from sessions_core.models import ChatSession, Message, NameSource, Role, Run, RunStatus
 
 from . import assistants, rendering, state_view
-from .models import QueuedMessage, new_queued_id
 from .broadcast import asend_to_session, oob, oob_wrap, sync_group, user_group
+from .models import QueuedMessage, new_queued_id
 
 logger = logging.getLogger("chatapp.live")
 
@@ -156,9 +156,9 @@ def queued_html(item: Pending | QueuedMessage) -> str:
     return render_to_string("chatapp/_queued.html", {"item": item, "note": QUEUED_NOTE})
 
 
-async def queue_html(session_pk: int) -> str:
-    """The whole queue (#queue), as stored."""
-    items = "".join(queued_html(item) for item in await queued(session_pk))
+def queue_html(rows: list[QueuedMessage]) -> str:
+    """The whole queue (#queue): `rows` are `queued(session_pk)`."""
+    items = "".join(queued_html(item) for item in rows)
     hidden = "" if items else " hidden"
     return f'<ol id="queue" class="queue" aria-label="Queued messages" hx-swap-oob="true"{hidden}>{items}</ol>'
 
@@ -254,9 +254,7 @@ async def lease_left(session: ChatSession) -> float | None:
 
 async def running_elsewhere(session: ChatSession) -> bool:
     """A run holds the session's lease (in another process, or just starting here)."""
-    now = timezone.now()
-    sessions = ChatSession.objects.for_user(session.owner_id)
-    return await sessions.filter(pk=session.pk, lease_expires_at__gt=now).aexists()
+    return await lease_left(session) is not None
 
 
 def _settle_abandoned(session_pk: int) -> str:

@@ -240,7 +240,7 @@ class TestStoredQueue(LiveTaskTests):
         first, second = await self.orphan("left one"), await self.orphan("left two")
         session = await ChatSession.objects.aget(pk=self.session.pk)
         channel = await self.listen(session_group(session.pk))
-        assert "left one" in await live.queue_html(session.pk)  # the page shows them queued meanwhile
+        assert "left one" in live.queue_html(await live.queued(session.pk))  # the page shows them queued meanwhile
         assert await live.adopt_orphans(session)
         messages = await self.collect_until_done(channel, 2)
         await settle()
