@@ -211,7 +211,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if first.get("reconnect"):
             await self.send(text_data=await live.state_panel_html(self.session))
         # Messages queued in a process that has stopped run now, here (the page sees them start).
-        adopted = idle and await live.adopt_orphans(self.session)
+        adopted = idle and bool(queued) and await live.adopt_orphans(self.session)
         if current is not None:
             await self.send(text_data=await live.live_run_html(current, text, append=append))
             self.offsets[current.run_id] = len(text)
