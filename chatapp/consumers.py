@@ -272,10 +272,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def chat_run_done(self, event):
         self.offsets.pop(event["run_id"], None)
-        if self.watcher is not None and event["run_id"] == self.waiting_sync:
-            self.watcher.cancel()
         if event["run_id"] == self.waiting_sync:
             self.waiting_sync, self.held = None, []
+            if self.watcher is not None:  # the run ended in its own process: nothing left to watch for
+                self.watcher.cancel()
         await self.send(text_data=event["html"])
 
     async def chat_sync_reply(self, event):
