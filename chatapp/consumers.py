@@ -145,7 +145,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         self.offsets: dict[str, int] = {}  # run id -> characters of its reply this socket has
         self.waiting_sync: str | None = None  # run id whose text another process was asked for
         self.held: list[dict] = []  # chat.tokens received while waiting for that text
-        self.watcher: asyncio.Task | None = None  # watches the lease of a run in another process
+        self.watcher: asyncio.Task | None = None  # watches the lease of a run in another process...
+        self.watched = ""  # ...this one
         self.joined = [session_group(session.pk), user_group(user.pk)]
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)
@@ -223,6 +224,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
                     sync_group(pk), {"type": "chat.sync_request", "reply_channel": self.channel_name, "session_pk": pk}
                 )
                 asyncio.get_running_loop().call_later(SYNC_WAIT_SECONDS, self._give_up_sync, run.run_id)
+                self.watched = run.run_id
                 self.watcher = asyncio.create_task(self._watch_lease(run.run_id), name=f"chat-lease-watch-{pk}")
 
     async def _watch_lease(self, run_id: str):
@@ -272,10 +274,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def chat_run_done(self, event):
         self.offsets.pop(event["run_id"], None)
+        if event["run_id"] == self.watched and self.watcher is not None:
+            self.watcher.cancel()  # the run ended in its own process: nothing left to watch for
         if event["run_id"] == self.waiting_sync:
             self.waiting_sync, self.held = None, []
-            if self.watcher is not None:  # the run ended in its own process: nothing left to watch for
-                self.watcher.cancel()
         await self.send(text_data=event["html"])
 
     async def chat_sync_reply(self, event):
