@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from chatapp import live
 from chatapp.broadcast import sync_group
+from chatapp.models import QueuedMessage
 from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import (
@@ -561,6 +562,24 @@ class TestAbandonedRuns(LiveTestMixin, TransactionTestCase):
         assert old < new
         await settle()
         await self.interrupted()
+        await socket.disconnect()
+
+    async def test_a_message_queued_behind_it_runs_when_the_page_comes_back(self):
+        await sync_to_async(self.lease_ends_in)(-1)
+        queued = await QueuedMessage.objects.acreate(session_id=self.session.pk, user=self.alice, text="next one")
+        self.llm.add(Text("The next answer."))
+        query = f"last_run={self.run.run_id}&running={self.run.run_id}&reconnect=1"
+        socket = await self.socket(self.session.session_id, self.alice, query=query)
+        frames = await frames_until(socket, run_done("completed"))
+        interrupted = next(i for i, f in enumerate(frames) if run_done("interrupted", self.run.run_id)(f))
+        shown = next(i for i, f in enumerate(frames) if 'id="queue"' in f and "next one" in f)
+        started = next(i for i, f in enumerate(frames) if "beforeend:#transcript" in f and "next one" in f)
+        assert interrupted < started and shown < started
+        assert any(f'<li id="queued-{queued.queued_id}" hx-swap-oob="delete">' in f for f in frames)
+        await settle()
+        assert [r.input async for r in Run.objects.filter(session=self.session).order_by("pk")] == [
+            "a question", "next one"]
+        assert not await QueuedMessage.objects.aexists()
         await socket.disconnect()
 
     def test_the_page_shows_it_interrupted_and_not_busy(self):
