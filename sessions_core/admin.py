@@ -1,17 +1,27 @@
-"""Admin: browse every session, its transcript (paginated by seq, never one giant inline) and its state timeline."""
+"""Admin: browse every session, its transcript (paginated by seq, never one giant inline), its state timeline,
+and what the model calls cost: tokens per session, and per user over the last days."""
 
 import json
+from datetime import timedelta
 
 from django.contrib import admin
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
+from django.db.models import Count
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
-from .models import ChatSession, Message, Run, StateChange
+from .models import USAGE_SUMS, ChatSession, Message, Run, StateChange
 
 TRANSCRIPT_PAGE = 50
+USAGE_DAYS = 30
+
+
+def usage_text(usage: dict) -> str:
+    return (f"{usage['runs']:,} run{'' if usage['runs'] == 1 else 's'} · {usage['input_tokens']:,} input / "
+            f"{usage['output_tokens']:,} output tokens")
 
 
 def pretty_json(value) -> str:
@@ -42,10 +52,10 @@ class ChatSessionAdmin(admin.ModelAdmin):
     search_fields = ["session_id", "name", "owner__username"]
     raw_id_fields = ["owner"]
     fields = ["session_id", "owner", "kind", "component_id", "name", "name_source", "state", "state_version",
-              "summary_text", "metadata", "created_at", "last_activity_at", "pinned_at", "archived_at",
+              "summary_text", "usage", "metadata", "created_at", "last_activity_at", "pinned_at", "archived_at",
               "deleted_at", "last_seq", "transcript"]
-    readonly_fields = ["session_id", "kind", "component_id", "state", "state_version", "summary_text", "created_at",
-                       "last_activity_at", "last_seq", "transcript"]
+    readonly_fields = ["session_id", "kind", "component_id", "state", "state_version", "summary_text", "usage",
+                       "created_at", "last_activity_at", "last_seq", "transcript"]
     date_hierarchy = "last_activity_at"
     show_full_result_count = False
 
@@ -65,6 +75,10 @@ class ChatSessionAdmin(admin.ModelAdmin):
         return format_html("{}<br><small>Topics: {} · updated {}</small>", session.summary.get("summary", ""),
                            topics or "-", session.summary.get("updated_at") or "-")
 
+    @admin.display(description="usage")
+    def usage(self, session):
+        return usage_text(session.runs.usage()) if session.pk else "-"
+
     @admin.display(description="transcript")
     def transcript(self, session):
         if not session.pk:
@@ -74,7 +88,26 @@ class ChatSessionAdmin(admin.ModelAdmin):
 
     def get_urls(self):
         view = self.admin_site.admin_view(self.transcript_view)
-        return [path("<int:pk>/transcript/", view, name="sessions_core_chatsession_transcript"), *super().get_urls()]
+        usage = self.admin_site.admin_view(self.usage_view)
+        return [path("<int:pk>/transcript/", view, name="sessions_core_chatsession_transcript"),
+                path("usage/", usage, name="sessions_core_chatsession_usage"), *super().get_urls()]
+
+    def usage_view(self, request):
+        """Runs and tokens per user over the last `days` days (30 unless ?days=N), heaviest first."""
+        try:
+            days = max(1, min(int(request.GET.get("days", USAGE_DAYS)), 3650))
+        except ValueError:
+            days = USAGE_DAYS
+        since = timezone.now() - timedelta(days=days)
+        rows = (Run.objects.filter(created_at__gte=since).values("session__owner__username")
+                .annotate(runs=Count("pk"), sessions=Count("session", distinct=True), **USAGE_SUMS)
+                .order_by("-input_tokens", "session__owner__username"))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta, "rows": rows, "days": days, "title": f"Usage over the last {days} days",
+            "total": Run.objects.filter(created_at__gte=since).usage(),
+        }
+        return TemplateResponse(request, "admin/sessions_core/usage.html", context)
 
     def transcript_view(self, request, pk):
         session = get_object_or_404(ChatSession.objects.select_related("owner"), pk=pk)
@@ -84,7 +117,7 @@ class ChatSessionAdmin(admin.ModelAdmin):
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta, "session": session, "page": page, "changes": changes,
-            "title": f"Transcript of {session}",
+            "title": f"Transcript of {session}", "usage": usage_text(session.runs.usage()),
         }
         return TemplateResponse(request, "admin/sessions_core/transcript.html", context)
 

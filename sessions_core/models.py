@@ -10,7 +10,9 @@ import uuid
 import jsonpatch
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Count, Q, Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 
@@ -138,6 +140,18 @@ class RunQuerySet(models.QuerySet):
         """Mark the abandoned runs among these as interrupted, as the session's next run would; how many."""
         now = now or timezone.now()
         return self.abandoned(now).update(status=RunStatus.INTERRUPTED, finished_at=now, error=INTERRUPTED_ERROR)
+
+    def usage(self) -> dict:
+        """{"runs", "input_tokens", "output_tokens"} of these runs, summed in the database from their metrics."""
+        return self.aggregate(runs=Count("pk"), **USAGE_SUMS)
+
+
+def _metric(key: str):
+    """A run's metrics[key] as a number, for sums (NULL where a run has none)."""
+    return Cast(KT(f"metrics__{key}"), models.BigIntegerField())
+
+
+USAGE_SUMS = {key: Coalesce(Sum(_metric(key)), 0) for key in ("input_tokens", "output_tokens")}
 
 
 class Run(models.Model):

@@ -51,3 +51,42 @@ def test_queued_messages_are_listed(admin_client_logged_in):
     queued = QueuedMessage.objects.create(session=make_session(bob, name="Waiting"), user=bob, text="later")
     response = admin_client_logged_in.get(reverse("admin:chatapp_queuedmessage_changelist"))
     assert response.status_code == 200 and queued.queued_id.encode() in response.content
+
+
+def test_usage_sums_tokens_per_session_and_per_user(admin_client_logged_in):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions_core.models import Run
+
+    bob, carol = make_user("bob"), make_user("carol")
+    bobs = make_session(bob, name="Bob's chat")
+    for tokens in (100, 250):
+        run = make_run(bobs)
+        Run.objects.filter(pk=run.pk).update(metrics={"input_tokens": tokens, "output_tokens": tokens // 10})
+    make_run(bobs)  # a run without token figures counts as a run, and as no tokens
+    old = make_run(make_session(carol))
+    Run.objects.filter(pk=old.pk).update(metrics={"input_tokens": 7, "output_tokens": 1},
+                                         created_at=timezone.now() - timedelta(days=40))
+
+    page = admin_client_logged_in.get(reverse("admin:sessions_core_chatsession_change", args=[bobs.pk]))
+    assert b"3 runs \xc2\xb7 350 input / 35 output tokens" in page.content
+    transcript = admin_client_logged_in.get(reverse("admin:sessions_core_chatsession_transcript", args=[bobs.pk]))
+    assert b"350 input / 35 output tokens" in transcript.content
+
+    usage = reverse("admin:sessions_core_chatsession_usage")
+    rows = admin_client_logged_in.get(usage).context["rows"]
+    assert [(row["session__owner__username"], row["runs"], row["input_tokens"], row["output_tokens"])
+            for row in rows] == [("bob", 3, 350, 35)]  # carol's run is older than 30 days
+    rows = admin_client_logged_in.get(usage + "?days=60").context["rows"]
+    assert [row["session__owner__username"] for row in rows] == ["bob", "carol"]
+    assert admin_client_logged_in.get(usage + "?days=soon").context["days"] == 30
+    changelist = admin_client_logged_in.get(reverse("admin:sessions_core_chatsession_changelist"))
+    assert usage.encode() in changelist.content
+
+
+def test_usage_is_for_staff_only(client):
+    client.force_login(make_user("mallory"))
+    response = client.get(reverse("admin:sessions_core_chatsession_usage"))
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
