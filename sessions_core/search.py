@@ -16,7 +16,8 @@ cursors. The indexes (migrations 0002 and 0005) are always current when a search
 rename, a new message or a delete shows at once:
 
 * PostgreSQL: a stored tsvector column with a GIN index, `websearch_to_tsquery`, `ts_headline`
-  snippets, and pg_trgm `word_similarity` (GIN trigram index on the name) for typos.
+  snippets, and pg_trgm `word_similarity` (GIN trigram index on the name) for typos. A query made
+  only of English stop words ("what is this"), which that configuration drops, is looked for as typed.
 * SQLite with FTS5: an external-content FTS5 table (porter stemmer) for messages, with `snippet()`; an
   FTS5 trigram table on names supplies typo candidates, scored here exactly as pg_trgm would. Names
   are indexed by triggers. Messages are indexed here, by the search that first reads them: an insert
@@ -443,14 +444,22 @@ def _message_hits(backend: str, sessions: QuerySet, parsed: ParsedQuery, after: 
     order = f"ORDER BY s.last_activity_at DESC, s.id DESC, m.seq DESC LIMIT {int(n)}"
     with connections[using].cursor() as cursor:
         if backend == "postgresql":
+            query_params = [TS_CONFIG, parsed.text, MARKUP_CHARS + _OPEN + _CLOSE, MARKUP_STANDINS]
             cursor.execute(
                 f"SELECT m.id FROM ({scope_sql}) AS s JOIN {table} AS m ON m.session_id = s.id"
                 f" WHERE m.search_vector @@ websearch_to_tsquery(%s::regconfig, translate(%s, %s, %s))"
                 f" {keyset} {order}",
-                [*scope_params, TS_CONFIG, parsed.text, MARKUP_CHARS + _OPEN + _CLOSE, MARKUP_STANDINS,
-                 *keyset_params],
+                [*scope_params, *query_params, *keyset_params],
             )
-            return _headlined_hits([row[0] for row in cursor.fetchall()], parsed, using)
+            ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                # Only stop words ("what is this"): the English configuration drops every one, so the
+                # index can find nothing. Look for the words as typed instead, as SQLite's index would.
+                cursor.execute("SELECT numnode(websearch_to_tsquery(%s::regconfig, translate(%s, %s, %s)))",
+                               query_params)
+                if cursor.fetchone()[0] == 0:
+                    return _message_hits_basic(sessions, parsed, after, n, using)
+            return _headlined_hits(ids, parsed, using)
         if backend == "fts5":
             _index_new_messages(using)
             match = _fts5_expression(parsed)

@@ -96,6 +96,13 @@ class TestTitlesAndContent(SearchTestCase):
         make_run(session, "I love cooking stews", "Stews are great")
         assert names(search_sessions(self.alice, "cooked").message_hits) == ["Kitchen"]
 
+    def test_a_query_of_stop_words_finds_the_words_as_typed(self):
+        """PostgreSQL's English configuration drops "what", "is" and "this"; the words are still found."""
+        make_run(make_session(self.alice, name="Odd"), "What is this thing on my desk?", "A stapler.")
+        make_run(make_session(self.alice, name="Other"), "what about lunch", None)
+        [hit] = search_sessions(self.alice, "what is this").message_hits
+        assert hit.session.name == "Odd" and "<mark>" in hit.snippet
+
     def test_phrases_alternatives_and_exclusions(self):
         make_run(make_session(self.alice, name="A"), "a red car parked outside", None)
         make_run(make_session(self.alice, name="B"), "a red and blue car", None)
