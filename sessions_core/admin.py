@@ -1,5 +1,6 @@
 """Admin: browse every session, its transcript (paginated by seq, never one giant inline), its state timeline,
-and what the model calls cost: tokens per session, and per user over the last days."""
+and what the model calls cost: tokens per session, and per user over the last days. Every page that shows
+a conversation's content or state records who looked (AdminAccess), in a list nobody can edit here."""
 
 import json
 from datetime import timedelta
@@ -13,10 +14,28 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from .models import USAGE_SUMS, ChatSession, Message, Run, StateChange
+from .models import USAGE_SUMS, AdminAccess, ChatSession, Message, Run, StateChange
 
 TRANSCRIPT_PAGE = 50
 USAGE_DAYS = 30
+
+
+def record_access(request, session: ChatSession, view: str) -> None:
+    """Note that the requesting admin was shown `view` of `session` (see AdminAccess)."""
+    AdminAccess.objects.create(viewer=request.user, viewer_name=request.user.get_username(), session=session,
+                               session_label=session.session_id, view=view)
+
+
+class RecordsAccess:
+    """A ModelAdmin whose change page shows a conversation's content: each look at one is recorded."""
+
+    def access_of(self, obj) -> tuple[ChatSession, str]:
+        raise NotImplementedError
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if change and obj is not None and request.method == "GET":
+            record_access(request, *self.access_of(obj))
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
 
 
 def usage_text(usage: dict) -> str:
@@ -45,7 +64,7 @@ class DeletedFilter(admin.SimpleListFilter):
 
 
 @admin.register(ChatSession)
-class ChatSessionAdmin(admin.ModelAdmin):
+class ChatSessionAdmin(RecordsAccess, admin.ModelAdmin):
     list_display = ["__str__", "owner", "component_id", "state_version", "last_activity_at", "is_running", "transcript"]
     list_filter = ["kind", "component_id", "name_source", DeletedFilter]
     list_select_related = ["owner"]
@@ -58,6 +77,9 @@ class ChatSessionAdmin(admin.ModelAdmin):
                        "created_at", "last_activity_at", "last_seq", "transcript"]
     date_hierarchy = "last_activity_at"
     show_full_result_count = False
+
+    def access_of(self, session):
+        return session, "session (state, summary)"
 
     @admin.display(boolean=True, description="running")
     def is_running(self, session):
@@ -113,6 +135,7 @@ class ChatSessionAdmin(admin.ModelAdmin):
         session = get_object_or_404(ChatSession.objects.select_related("owner"), pk=pk)
         messages = Paginator(session.messages.select_related("run").order_by("seq"), TRANSCRIPT_PAGE)
         page = messages.get_page(request.GET.get("page"))
+        record_access(request, session, f"transcript, page {page.number}")
         changes = session.state_changes.select_related("run").order_by("-version")[:100]
         context = {
             **self.admin_site.each_context(request),
@@ -123,7 +146,7 @@ class ChatSessionAdmin(admin.ModelAdmin):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(RecordsAccess, admin.ModelAdmin):
     list_display = ["run_id", "session", "status", "model_id", "created_at", "finished_at"]
     list_filter = ["status", "component_id"]
     list_select_related = ["session"]
@@ -132,9 +155,12 @@ class RunAdmin(admin.ModelAdmin):
     readonly_fields = ["run_id", "metrics", "history_seqs"]
     show_full_result_count = False
 
+    def access_of(self, run):
+        return run.session, f"run {run.run_id}"
+
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
+class MessageAdmin(RecordsAccess, admin.ModelAdmin):
     list_display = ["session", "seq", "role", "tool_name", "created_at"]
     list_filter = ["role"]
     list_select_related = ["session"]
@@ -142,12 +168,38 @@ class MessageAdmin(admin.ModelAdmin):
     raw_id_fields = ["session", "run"]
     show_full_result_count = False
 
+    def access_of(self, message):
+        return message.session, f"message #{message.seq}"
+
 
 @admin.register(StateChange)
-class StateChangeAdmin(admin.ModelAdmin):
+class StateChangeAdmin(RecordsAccess, admin.ModelAdmin):
     list_display = ["session", "version", "source", "run", "created_at"]
     list_select_related = ["session", "run"]
     search_fields = ["session__session_id", "source"]
     raw_id_fields = ["session", "run"]
     readonly_fields = ["patch", "inverse"]
     show_full_result_count = False
+
+    def access_of(self, change):
+        return change.session, f"state change v{change.version}"
+
+
+@admin.register(AdminAccess)
+class AdminAccessAdmin(admin.ModelAdmin):
+    """The record of who read which conversation: read-only here, so nobody tidies it from the admin."""
+
+    list_display = ["at", "viewer_name", "session_label", "view"]
+    list_filter = ["viewer_name"]
+    search_fields = ["viewer_name", "session_label", "view"]
+    date_hierarchy = "at"
+    show_full_result_count = False
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -236,3 +236,24 @@ class StateChange(models.Model):
 
     def __str__(self) -> str:
         return f"v{self.version} by {self.source}"
+
+
+class AdminAccess(models.Model):
+    """Someone looked at a user's conversation in Django admin: who, which session, what, when.
+
+    Written by the admin pages that show a conversation's content or state (sessions_core/admin.py);
+    kept when the admin account or the session goes (their names are copied)."""
+
+    viewer = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    viewer_name = models.CharField(max_length=150)
+    session = models.ForeignKey(ChatSession, null=True, on_delete=models.SET_NULL, related_name="+")
+    session_label = models.CharField(max_length=128, help_text="The session's id, kept if it is deleted.")
+    view = models.CharField(max_length=100, help_text='What was shown: "transcript, page 2", "run …".')
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "admin accesses"
+
+    def __str__(self) -> str:
+        return f"{self.viewer_name} read {self.view} of {self.session_label}"

@@ -90,3 +90,36 @@ def test_usage_is_for_staff_only(client):
     client.force_login(make_user("mallory"))
     response = client.get(reverse("admin:sessions_core_chatsession_usage"))
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_each_look_at_a_conversation_is_recorded_and_the_record_cannot_be_edited(admin_client_logged_in):
+    from sessions_core.models import AdminAccess
+
+    session = make_session(make_user("dora"), name="Private")
+    run = make_run(session, "my secret", "noted")
+    message = run.messages.get(role="user")
+    change = session.state_changes.create(version=1, patch=[], inverse=[], source="manual")
+    client = admin_client_logged_in
+    client.get(reverse("admin:sessions_core_chatsession_change", args=[session.pk]))
+    client.get(reverse("admin:sessions_core_chatsession_transcript", args=[session.pk]) + "?page=1")
+    client.get(reverse("admin:sessions_core_run_change", args=[run.pk]))
+    client.get(reverse("admin:sessions_core_message_change", args=[message.pk]))
+    client.get(reverse("admin:sessions_core_statechange_change", args=[change.pk]))
+    client.get(reverse("admin:sessions_core_chatsession_changelist"))  # titles only: not a read
+    client.get(reverse("admin:sessions_core_message_changelist"))
+
+    records = list(AdminAccess.objects.order_by("id").values_list("viewer_name", "session_label", "view"))
+    assert records == [("admin", session.session_id, view) for view in (
+        "session (state, summary)", "transcript, page 1", f"run {run.run_id}", f"message #{message.seq}",
+        "state change v1")]
+
+    listing = client.get(reverse("admin:sessions_core_adminaccess_changelist"))
+    assert listing.status_code == 200 and b"transcript, page 1" in listing.content
+    record = AdminAccess.objects.first()
+    assert client.get(reverse("admin:sessions_core_adminaccess_add")).status_code == 403
+    assert client.post(reverse("admin:sessions_core_adminaccess_delete", args=[record.pk]),
+                       {"post": "yes"}).status_code == 403
+    assert AdminAccess.objects.count() == 5
+
+    session.delete()  # the record outlives the session
+    assert AdminAccess.objects.filter(session__isnull=True, session_label=session.session_id).count() == 5
