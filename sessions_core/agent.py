@@ -363,6 +363,9 @@ class Agent:
                                                            parent_run__isnull=True).order_by("-id").first())
             if run is None:
                 return None
+            if run.status == RunStatus.RUNNING and not session.is_running:  # its process stopped mid-run
+                Run.objects.using(self.db_alias).filter(pk=run.pk).interrupt_abandoned()
+                run.refresh_from_db(using=self.db_alias)
             messages = [ChatMessage.from_row(row) for row in run.messages.using(self.db_alias).order_by("seq")]
             return RunOutput(
                 run_id=run.run_id, session_id=session.session_id, user_id=user_label(session.owner) if session.owner_id else None,

@@ -481,6 +481,25 @@ class TestStaleLease(EngineTestMixin, TestCase):
         session.refresh_from_db()
         assert (session.lease_token, session.lease_expires_at) == ("", None)
 
+    def test_the_last_run_output_of_a_stopped_process_says_interrupted(self):
+        session = make_session(session_id="s", component_id="tester", lease_token="dead-process",
+                               lease_expires_at=timezone.now() - timedelta(seconds=1))
+        Run.objects.create(session=session, component_id="tester", status=RunStatus.RUNNING, input="lost",
+                           content="half a rep")
+
+        output = self.agent().get_last_run_output(session_id="s")
+
+        assert (output.status, output.content) == (RunStatus.INTERRUPTED, "half a rep")
+        assert output.error == "The process running this run stopped before it finished."
+        assert Run.objects.get().status == RunStatus.INTERRUPTED
+
+    def test_the_last_run_output_of_a_run_in_progress_says_running(self):
+        session = make_session(session_id="s", component_id="tester", lease_token="live",
+                               lease_expires_at=timezone.now() + timedelta(seconds=30))
+        Run.objects.create(session=session, component_id="tester", status=RunStatus.RUNNING, input="going")
+
+        assert self.agent().get_last_run_output(session_id="s").status == RunStatus.RUNNING
+
     def test_abandoned_runs_are_the_running_ones_without_a_live_lease(self):
         now = timezone.now()
         sessions = {
