@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.test import Client, TransactionTestCase
+from django.test import Client, TransactionTestCase, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
@@ -521,24 +521,26 @@ class TestAbandonedRuns(LiveTestMixin, TransactionTestCase):
         await self.interrupted()
         await socket.disconnect()
 
-    async def test_a_page_watching_it_sees_it_interrupted_when_its_lease_runs_out(self):
+    async def watch(self):
+        """A page showing the run, connected while another process holds its lease for 0.3 s more."""
         await sync_to_async(self.lease_ends_in)(0.3)
-        with self.settings(CHAT_LEASE_GRACE_SECONDS=0.05):
-            socket = await self.socket(self.session.session_id, self.alice,
-                                       query=f"last_run={self.run.run_id}&running={self.run.run_id}")
-            # Nobody answers the catch-up request the socket sends: that process is gone.
-            frames = await frames_until(socket, run_done("interrupted", self.run.run_id))
+        return await self.socket(self.session.session_id, self.alice,
+                                 query=f"last_run={self.run.run_id}&running={self.run.run_id}")
+
+    @override_settings(CHAT_LEASE_GRACE_SECONDS=0.05)
+    async def test_a_page_watching_it_sees_it_interrupted_when_its_lease_runs_out(self):
+        socket = await self.watch()
+        # Nobody answers the catch-up request the socket sends: that process is gone.
+        frames = await frames_until(socket, run_done("interrupted", self.run.run_id))
         assert "The reply was interrupted." in frames[-1]
         await self.interrupted()
         await socket.disconnect()
 
+    @override_settings(CHAT_LEASE_GRACE_SECONDS=0.05)
     async def test_a_run_whose_process_renews_its_lease_stays_running(self):
-        await sync_to_async(self.lease_ends_in)(0.3)
-        with self.settings(CHAT_LEASE_GRACE_SECONDS=0.05):
-            socket = await self.socket(self.session.session_id, self.alice,
-                                       query=f"last_run={self.run.run_id}&running={self.run.run_id}")
-            await sync_to_async(self.lease_ends_in)(30)  # the owning process's heartbeat
-            assert await socket.receive_nothing(timeout=1.0)  # past the first expiry: the watch looked again
+        socket = await self.watch()
+        await sync_to_async(self.lease_ends_in)(30)  # the owning process's heartbeat
+        assert await socket.receive_nothing(timeout=1.0)  # past the first expiry: the watch looked again
         assert (await Run.objects.aget(pk=self.run.pk)).status == RunStatus.RUNNING
         await socket.disconnect()
 

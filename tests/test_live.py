@@ -73,6 +73,17 @@ class LiveTaskTests(LiveTestMixin, TransactionTestCase):
             done += message["type"] == "chat.run_done"
         return messages
 
+    async def send_three_while_the_first_is_held(self):
+        """"one", "two" and "three" submitted while the reply to "one" is held: (session, the session
+        group's channel, the event that releases the reply, the three items)."""
+        hold = threading.Event()
+        self.llm.add(Text("reply one", wait_event=hold))
+        self.llm.responder = echo_reply
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        channel = await self.listen(session_group(session.pk))
+        items = [await live.submit(session, self.alice, text) for text in ("one", "two", "three")]
+        return session, channel, hold, items
+
 
 
 class TestRunTasks(LiveTaskTests):
@@ -91,14 +102,7 @@ class TestRunTasks(LiveTaskTests):
         await settle()
 
     async def test_three_messages_run_in_the_order_sent(self):
-        hold = threading.Event()
-        self.llm.add(Text("reply one", wait_event=hold))
-        self.llm.responder = echo_reply
-        session = await ChatSession.objects.aget(pk=self.session.pk)
-        channel = await self.listen(session_group(session.pk))
-        first = await live.submit(session, self.alice, "one")
-        second = await live.submit(session, self.alice, "two")
-        third = await live.submit(session, self.alice, "three")
+        session, channel, hold, (first, second, third) = await self.send_three_while_the_first_is_held()
         assert not first.shown_queued and second.shown_queued and third.shown_queued
         assert [item.text for item in await live.queued(session.pk)] == ["two", "three"]
         hold.set()
@@ -109,14 +113,7 @@ class TestRunTasks(LiveTaskTests):
         assert await live.queued(session.pk) == []
 
     async def test_a_queued_message_can_be_dropped_before_it_runs(self):
-        hold = threading.Event()
-        self.llm.add(Text("reply one", wait_event=hold))
-        self.llm.responder = echo_reply
-        session = await ChatSession.objects.aget(pk=self.session.pk)
-        channel = await self.listen(session_group(session.pk))
-        await live.submit(session, self.alice, "one")
-        second = await live.submit(session, self.alice, "two")
-        await live.submit(session, self.alice, "three")
+        session, channel, hold, (_, second, _) = await self.send_three_while_the_first_is_held()
         assert await live.stop(session, queued_id=second.queued_id)
         removed = await self.next_message(channel, lambda m: 'hx-swap-oob="delete"' in m.get("html", ""))
         assert f'<li id="queued-{second.queued_id}" hx-swap-oob="delete">' in removed["html"]
@@ -270,14 +267,7 @@ class TestStoredQueue(LiveTaskTests):
         assert [r.input async for r in Run.objects.filter(session=session)] == ["only once"]
 
     async def test_a_message_another_process_took_is_not_run_here(self):
-        hold = threading.Event()
-        self.llm.add(Text("reply one", wait_event=hold))
-        self.llm.responder = echo_reply
-        session = await ChatSession.objects.aget(pk=self.session.pk)
-        channel = await self.listen(session_group(session.pk))
-        await live.submit(session, self.alice, "one")
-        second = await live.submit(session, self.alice, "two")
-        await live.submit(session, self.alice, "three")
+        session, channel, hold, (_, second, _) = await self.send_three_while_the_first_is_held()
         await QueuedMessage.objects.filter(queued_id=second.queued_id).adelete()  # taken elsewhere
         hold.set()
         await self.collect_until_done(channel, 2)
