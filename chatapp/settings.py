@@ -163,3 +163,7 @@ CHAT_STOP_GRACE_SECONDS = _env(env.float, "CHAT_STOP_GRACE_SECONDS", 0.25)
 # A page watching another process's run: how long after the run's lease expired (its process stopped
 # renewing it) the run is shown as interrupted.
 CHAT_LEASE_GRACE_SECONDS = 1.0
+# The largest chat export (JSON) a user may import, in bytes.
+CHAT_IMPORT_MAX_BYTES = _env(env.int, "CHAT_IMPORT_MAX_BYTES", 20_000_000)
+if CHAT_IMPORT_MAX_BYTES < 1:
+    raise ImproperlyConfigured("CHAT_IMPORT_MAX_BYTES must be positive")

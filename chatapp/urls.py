@@ -12,6 +12,7 @@ chat_patterns = [
     path("new/", views.new_session, name="new"),
     path("trash/", views.trash, name="trash"),
     path("export/", views.export_all, name="export_all"),
+    path("import/", views.import_chats, name="import"),
     path("sessions/", views.session_list_hx, name="session_list_hx"),
     path("s/<sid:session_id>/", views.session_page, name="session"),
     path("s/<sid:session_id>/runs/", views.transcript_hx, name="transcript_hx"),

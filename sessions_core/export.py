@@ -1,7 +1,9 @@
-"""A session as a document to keep: JSON (everything the user may take away) or Markdown (to read).
+"""A session as a document to keep: JSON (everything the user may take away) or Markdown (to read),
+and the JSON back again as new sessions of a user.
 
     for part in export_json(session): ...
     for part in export_markdown(session): ...
+    sessions = import_json(data, user)  # raises ImportRefused, having written nothing
 
 Both stream: the runs are read in batches with their messages, so a session of 10,000 runs costs the
 memory and the queries of a batch at a time, never of the whole session. The caller has checked that
@@ -15,10 +17,18 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from datetime import timezone as dt_timezone
+from typing import Annotated, Literal
 
+import pydantic
+from django.db import transaction
 from django.db.models import Prefetch
+from django.utils import timezone
 
-from .models import ChatSession, Message, Role, Run, RunStatus
+from . import state as state_module
+from .llm import TOOL_FIELD_CHARS
+from .models import ChatSession, Message, NameSource, Role, Run, RunStatus, StateChange
+from .storable import storable, storable_tree
 
 BATCH_RUNS = 200
 FORMAT_VERSION = 1
@@ -47,7 +57,8 @@ def _message(message: Message) -> dict:
 
 def _run(run: Run) -> dict:
     return {
-        "run_id": run.run_id, "status": run.status, "error": run.error, "model": run.model_id,
+        "run_id": run.run_id, "status": run.status, "input": run.input, "content": run.content,
+        "error": run.error, "model": run.model_id,
         "created_at": _time(run.created_at), "finished_at": _time(run.finished_at), "metrics": run.metrics,
         "state_version": run.state_version, "messages": [_message(message) for message in run.shown],
     }
@@ -137,3 +148,137 @@ def _code(text: str) -> str:
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     return f"{fence} {text} {fence}" if longest else f"`{text}`"
+
+
+# -- import ------------------------------------------------------------------------------------------
+
+
+class ImportRefused(ValueError):
+    """The document is not one this module wrote (or it is damaged): says where, and nothing is stored."""
+
+
+class _MessageIn(pydantic.BaseModel):
+    role: Literal["user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[dict] | None = None
+    tool_call_id: str = ""
+    tool_name: str = ""
+    tool_error: bool = False
+    created_at: datetime | None = None
+
+
+class _RunIn(pydantic.BaseModel):
+    status: RunStatus
+    input: str | None = None
+    content: str | None = None
+    error: str = ""
+    model: str = ""
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    metrics: dict = {}
+    messages: list[_MessageIn] = []
+
+
+class _SessionIn(pydantic.BaseModel):
+    format: Literal["sessions_core.session"]
+    version: Literal[1]
+    name: str = ""
+    assistant: str = ""
+    created_at: datetime | None = None
+    last_activity_at: datetime | None = None
+    session_state: dict = {}
+    summary: dict | None = None
+    metadata: dict = {}
+    runs: list[_RunIn] = []
+
+
+class _ExportIn(pydantic.BaseModel):
+    format: Literal["sessions_core.export"]
+    version: Literal[1]
+    sessions: list[_SessionIn]
+
+
+_DOCUMENT = pydantic.TypeAdapter(Annotated[_ExportIn | _SessionIn, pydantic.Field(discriminator="format")])
+
+
+def import_json(data: bytes | str, user) -> list[ChatSession]:
+    """New sessions of `user` from a document `export_json` or `export_all_json` wrote, in one
+    transaction: all of them, or none and ImportRefused saying why.
+
+    Every session, run and message gets a new id (a document cannot reach another user's rows or
+    collide with any), the state becomes version 1 (its change recorded as "import"), runs that were
+    still running count as interrupted, and text goes through `storable`.
+    """
+    try:  # strict JSON: NaN and Infinity, which Python's parser takes, no column would store
+        parsed = json.loads(data, parse_constant=_refuse_constant)
+    except ValueError as exc:  # a decoding error too
+        raise ImportRefused(f"Not a JSON file: {exc}.") from None
+    try:
+        document = _DOCUMENT.validate_python(parsed)
+    except pydantic.ValidationError as exc:
+        error = exc.errors()[0]
+        where = " → ".join(str(part) for part in error["loc"][1:]) or "the document"
+        raise ImportRefused(f"Not a chat export this app wrote: {where}: {error['msg']}.") from None
+    sessions = document.sessions if isinstance(document, _ExportIn) else [document]
+    with transaction.atomic():
+        return [_import_session(session, user) for session in sessions]
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _import_session(data: _SessionIn, user) -> ChatSession:
+    now = timezone.now()
+    name = storable(_line(data.name))[:200]
+    session = ChatSession.objects.create(
+        owner=user, component_id=storable(data.assistant)[:128], name=name,
+        name_source=NameSource.USER if name else NameSource.NONE, summary=data.summary and storable_tree(data.summary),
+        metadata=storable_tree(data.metadata), created_at=data.created_at or now,
+        last_activity_at=data.last_activity_at or data.created_at or now,
+    )
+    state = storable_tree(data.session_state)
+    if state:
+        patch, inverse = state_module.diff({}, state)
+        StateChange.objects.create(session=session, version=1, patch=patch, inverse=inverse, source="import",
+                                   created_at=now)
+        session.session_state, session.state_version = state, 1
+    runs = Run.objects.bulk_create(
+        Run(session=session, component_id=session.component_id,
+            status=RunStatus.INTERRUPTED if run.status == RunStatus.RUNNING else run.status,
+            input=storable(run.input if run.input is not None else _first_user_text(run)),
+            content=storable(run.content if run.content is not None else _reply_text(run)),
+            error=storable(run.error), model_id=storable(run.model)[:128], metrics=storable_tree(run.metrics),
+            created_at=_aware(run.created_at) or now, finished_at=_aware(run.finished_at or run.created_at) or now)
+        for run in data.runs
+    )
+    messages, seq = [], 0
+    for run, stored in zip(data.runs, runs, strict=True):
+        for message in run.messages:
+            seq += 1
+            messages.append(Message(
+                session=session, run=stored, seq=seq, role=message.role, content=storable(message.content),
+                tool_calls=message.tool_calls and storable_tree(message.tool_calls),
+                tool_call_id=storable(message.tool_call_id)[:TOOL_FIELD_CHARS],
+                tool_name=storable(message.tool_name)[:TOOL_FIELD_CHARS], tool_error=message.tool_error,
+                created_at=_aware(message.created_at) or stored.created_at,
+            ))
+    Message.objects.bulk_create(messages, batch_size=500)
+    session.last_seq = seq
+    session.save(update_fields=["session_state", "state_version", "last_seq"])
+    return session
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    """A time from the document; one without a zone is taken as UTC."""
+    if value is None or timezone.is_aware(value):
+        return value
+    return timezone.make_aware(value, dt_timezone.utc)
+
+
+def _first_user_text(run: _RunIn) -> str:
+    return next((message.content for message in run.messages if message.role == "user"), "")
+
+
+def _reply_text(run: _RunIn) -> str:
+    return "".join(message.content for message in run.messages if message.role == "assistant")

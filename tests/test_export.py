@@ -8,7 +8,8 @@ from datetime import timedelta
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
-from django.test import AsyncClient
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import AsyncClient, Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -119,3 +120,125 @@ def test_the_export_reads_the_runs_in_batches_whatever_their_number(runs, django
         markdown = "".join(export.export_markdown(session))
     assert len(json.loads("".join(json_parts))["runs"]) == runs
     assert markdown.count("**You**") == runs and f"answer {runs - 1}" in markdown
+
+
+# -- import ------------------------------------------------------------------------------------------
+
+
+def exported(session) -> bytes:
+    return "".join(export.export_json(session)).encode()
+
+
+def conversation(session) -> list:
+    """What a reader sees of a session: its runs' status, input, reply, and messages."""
+    runs = Run.objects.filter(session=session).order_by("pk").prefetch_related("messages")
+    return [(run.status, run.input, run.content, run.error,
+             [(m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.tool_error)
+              for m in run.messages.exclude(role="system").order_by("seq")]) for run in runs]
+
+
+def test_an_exported_chat_imports_as_a_new_chat_of_the_importer(alice_chat):
+    alice, session = alice_chat
+    bob = make_user("bob", "pw-bob-123")
+    [copy] = export.import_json(exported(session), bob)
+    assert copy.owner == bob and copy.session_id != session.session_id
+    assert (copy.name, copy.name_source, copy.component_id) == ("Groceries: week 48", "user", "shopping")
+    assert conversation(copy) == conversation(session)
+    assert copy.session_state == {"shopping_list": ["milk"]} and copy.state_version == 1
+    assert copy.state_changes.get().source == "import" and copy.state_at(0) == {}
+    assert copy.last_seq == copy.messages.count() == 7  # renumbered: the system prompt stayed behind
+    assert not Run.objects.filter(session=copy, run_id__in=Run.objects.filter(session=session).values("run_id"))
+    assert ChatSession.objects.get(pk=session.pk).owner == alice  # the original is untouched
+
+
+def test_all_chats_import_in_one_go_and_a_running_run_counts_as_interrupted(alice_chat):
+    alice, session = alice_chat
+    make_run(make_session(alice, name="Half done"), "go on", None, status=RunStatus.RUNNING)
+    body = "".join(export.export_all_json(ChatSession.objects.for_user(alice).order_by("pk"), "alice",
+                                          timezone.now())).encode()
+    bob = make_user("bob", "pw-bob-123")
+    copies = export.import_json(body, bob)
+    assert [copy.name for copy in copies] == ["Groceries: week 48", "Half done"]
+    assert Run.objects.get(session=copies[1]).status == RunStatus.INTERRUPTED
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    (b"not json at all", "Not a JSON file"),
+    (b'{"format": "somebody.else", "sessions": []}', "Not a chat export this app wrote"),
+    (b'{"format": "sessions_core.session", "version": 1, "runs": [{"status": "completed", "messages": '
+     b'[{"role": "system", "content": "x"}]}]}', "runs → 0 → messages → 0 → role"),
+    (b'{"format": "sessions_core.session", "version": 1, "session_state": {"n": NaN}}', "NaN is not a JSON value"),
+])
+def test_a_damaged_or_foreign_file_is_refused_saying_where_and_stores_nothing(alice_chat, body, says):
+    alice, _ = alice_chat
+    before = (ChatSession.objects.count(), Run.objects.count(), Message.objects.count())
+    with pytest.raises(export.ImportRefused) as refused:
+        export.import_json(body, alice)
+    assert says in str(refused.value)
+    assert (ChatSession.objects.count(), Run.objects.count(), Message.objects.count()) == before
+
+
+def test_one_bad_chat_among_several_stores_none_of_them(alice_chat):
+    alice, session = alice_chat
+    good = json.loads(exported(session))
+    bad = {**good, "runs": [{"status": "completed", "messages": [{"role": "user", "content": "ok"}],
+                             "metrics": {"x": float("nan")}}]}
+    body = json.dumps({"format": "sessions_core.export", "version": 1, "sessions": [good, bad]})
+    before = ChatSession.objects.count()
+    with pytest.raises(export.ImportRefused):
+        export.import_json(body, alice)
+    assert ChatSession.objects.count() == before
+
+
+def test_the_import_page_adds_the_chats_and_opens_the_first(alice_chat, client):
+    alice, session = alice_chat
+    client.force_login(alice)
+    page = client.get(reverse("chat:import"))
+    assert page.status_code == 200 and b'type="file"' in page.content
+    upload = SimpleUploadedFile("chats.json", exported(session), content_type="application/json")
+    response = client.post(reverse("chat:import"), {"file": upload})
+    copy = ChatSession.objects.for_user(alice).exclude(pk=session.pk).get()
+    assert response["Location"] == reverse("chat:session", args=[copy.session_id])
+    assert "Imported 1 chat." in client.get(response["Location"]).content.decode()
+
+
+def test_the_import_page_explains_a_refusal(alice_chat, client, settings):
+    alice, _ = alice_chat
+    client.force_login(alice)
+    response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", b"[1, 2]")})
+    assert response.status_code == 400 and b"Not a chat export this app wrote" in response.content
+    assert client.post(reverse("chat:import"), {}).status_code == 400
+    settings.CHAT_IMPORT_MAX_BYTES = 10
+    response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", b"{" + b" " * 20 + b"}")})
+    assert response.status_code == 400 and b"the limit is 10" in response.content
+    assert ChatSession.objects.for_user(alice).count() == 1
+
+
+def test_the_import_needs_the_csrf_token(alice_chat):
+    alice, session = alice_chat
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    upload = SimpleUploadedFile("chats.json", exported(session))
+    assert client.post(reverse("chat:import"), {"file": upload}).status_code == 403
+    assert ChatSession.objects.count() == 1
+
+
+def test_a_write_that_fails_half_way_leaves_no_chat_behind(alice_chat):
+    from django.db import DatabaseError, connection
+
+    alice, session = alice_chat
+    one = json.loads(exported(session))
+    body = json.dumps({"format": "sessions_core.export", "version": 1, "sessions": [one, one]})
+    inserts = []
+
+    def refuse_the_second_chats_messages(execute, sql, params, many, context):
+        if sql.startswith('INSERT INTO "sessions_core_message"'):
+            inserts.append(sql)
+            if len(inserts) == 2:
+                raise DatabaseError("disk full")
+        return execute(sql, params, many, context)
+
+    before = (ChatSession.objects.count(), Run.objects.count(), Message.objects.count())
+    with connection.execute_wrapper(refuse_the_second_chats_messages), pytest.raises(DatabaseError):
+        export.import_json(body, alice)
+    assert (ChatSession.objects.count(), Run.objects.count(), Message.objects.count()) == before

@@ -43,6 +43,7 @@ OTHER_URLS = [
     ("post", "chat:new", {"assistant": "general"}),
     ("get", "chat:trash", {}),
     ("get", "chat:export_all", {}),
+    ("get", "chat:import", {}),
     ("get", "chat:session_list_hx", {}),
     ("get", "chat:search_hx", {"q": "x"}),
 ]

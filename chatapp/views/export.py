@@ -1,4 +1,5 @@
-"""Downloads: one session as Markdown or JSON, or all of a user's chats as JSON (sessions_core.export)."""
+"""Downloads: one session as Markdown or JSON, or all of a user's chats as JSON; and such a JSON file
+uploaded back as new chats (sessions_core.export)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ from collections.abc import AsyncIterator, Iterator
 from itertools import islice
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.text import slugify
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_http_methods
 
 from sessions_core import export
 from sessions_core.models import ChatSession
@@ -64,3 +68,28 @@ def export_all(request: HttpRequest) -> StreamingHttpResponse:
     sessions = ChatSession.objects.for_user(request.user).alive().order_by("-last_activity_at", "-id")
     parts = export.export_all_json(sessions.iterator(chunk_size=100), request.user.get_username(), now)
     return _download(parts, "application/json", f"chats-{slugify(request.user.get_username())}-{now:%Y%m%d}.json")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def import_chats(request: HttpRequest) -> HttpResponse:
+    """A JSON file this app exported (one chat or all of them) becomes new chats of the user: all of the
+    file or, with a message saying why, none of it."""
+    error = ""
+    if request.method == "POST":
+        upload = request.FILES.get("file")
+        limit = settings.CHAT_IMPORT_MAX_BYTES
+        if upload is None:
+            error = "Choose a file to import."
+        elif upload.size > limit:
+            error = f"The file is {upload.size:,} bytes; the limit is {limit:,} (CHAT_IMPORT_MAX_BYTES)."
+        else:
+            try:
+                sessions = export.import_json(upload.read(), request.user)
+            except export.ImportRefused as exc:
+                error = str(exc)
+            else:
+                count = len(sessions)
+                messages.success(request, f"Imported {count} chat{'' if count == 1 else 's'}.")
+                return redirect("chat:session", sessions[0].session_id) if count else redirect("chat:index")
+    return render(request, "chatapp/import.html", {"error": error}, status=400 if error else 200)
