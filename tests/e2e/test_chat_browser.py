@@ -370,6 +370,25 @@ def test_a_chat_downloads_as_markdown_from_its_sidebar_row(page, daphne_server):
     assert text.startswith("# Trip plans\n") and "where should we go?" in text and "Somewhere **warm**." in text
 
 
+def test_an_exported_chat_imports_through_the_page(page, daphne_server, tmp_path):
+    from sessions_core.export import export_json
+
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Moving house", name_source="user")
+    make_run(session, "what to pack first?", "The kettle.")
+    exported = tmp_path / "chat.json"
+    exported.write_text("".join(export_json(session)), encoding="utf-8")
+    log_in(page.context, daphne_server.url, alice)
+    page.goto(f"{daphne_server.url}/")
+    page.get_by_role("link", name="Import").click()
+    page.get_by_label("File").set_input_files(str(exported))
+    page.get_by_role("button", name="Import").click()
+    expect(page.locator(".flash")).to_have_text("Imported 1 chat.")
+    expect(last_run(page)).to_contain_text("The kettle.")
+    expect(page.locator(".session-link[aria-current=page] .session-title")).to_have_text("Moving house")
+    assert ChatSession.objects.filter(owner=alice, name="Moving house").count() == 2
+
+
 def test_delete_and_undo(page, daphne_server):
     alice = make_user("alice")
     keep = make_session(alice, component_id="general", name="Keep me", name_source="user")
