@@ -234,8 +234,8 @@ def _import_session(data: _SessionIn, user) -> ChatSession:
     session = ChatSession.objects.create(
         owner=user, component_id=storable(data.assistant)[:128], name=name,
         name_source=NameSource.USER if name else NameSource.NONE, summary=data.summary and storable_tree(data.summary),
-        metadata=storable_tree(data.metadata), created_at=data.created_at or now,
-        last_activity_at=data.last_activity_at or data.created_at or now,
+        metadata=storable_tree(data.metadata), created_at=_aware(data.created_at) or now,
+        last_activity_at=_aware(data.last_activity_at or data.created_at) or now,
     )
     state = storable_tree(data.session_state)
     if state:

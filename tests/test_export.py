@@ -242,3 +242,16 @@ def test_a_write_that_fails_half_way_leaves_no_chat_behind(alice_chat):
     with connection.execute_wrapper(refuse_the_second_chats_messages), pytest.raises(DatabaseError):
         export.import_json(body, alice)
     assert (ChatSession.objects.count(), Run.objects.count(), Message.objects.count()) == before
+
+
+def test_times_without_a_zone_are_taken_as_utc(alice_chat):
+    alice, _ = alice_chat
+    body = json.dumps({"format": "sessions_core.session", "version": 1, "name": "Old",
+                       "created_at": "2025-01-02T10:00:00", "runs": [{"status": "completed", "created_at": "2025-01-02T10:01:00",
+                                 "messages": [{"role": "user", "content": "hi"}]}]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Django warns when it is handed a naive datetime
+        [copy] = export.import_json(body, alice)
+    assert copy.created_at.isoformat() == copy.last_activity_at.isoformat() == "2025-01-02T10:00:00+00:00"
+    run = copy.runs.get()
+    assert run.created_at.isoformat() == "2025-01-02T10:01:00+00:00" and run.input == "hi"
