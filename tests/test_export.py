@@ -246,9 +246,9 @@ def test_a_write_that_fails_half_way_leaves_no_chat_behind(alice_chat):
 
 def test_times_without_a_zone_are_taken_as_utc(alice_chat):
     alice, _ = alice_chat
+    run = {"status": "completed", "created_at": "2025-01-02T10:01:00", "messages": [{"role": "user", "content": "hi"}]}
     body = json.dumps({"format": "sessions_core.session", "version": 1, "name": "Old",
-                       "created_at": "2025-01-02T10:00:00", "runs": [{"status": "completed", "created_at": "2025-01-02T10:01:00",
-                                 "messages": [{"role": "user", "content": "hi"}]}]})
+                       "created_at": "2025-01-02T10:00:00", "runs": [run]})
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # Django warns when it is handed a naive datetime
         [copy] = export.import_json(body, alice)
