@@ -212,11 +212,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if first.get("reconnect"):
             await self.send(text_data=await live.state_panel_html(self.session))
         # Messages queued in a process that has stopped run now, here (the page sees them start).
-        adopted = idle and bool(queued) and await live.adopt_orphans(self.session)
+        if idle and queued:
+            await live.adopt_orphans(self.session)
         if current is not None:
             await self.send(text_data=await live.live_run_html(current, text, append=append))
             self.offsets[current.run_id] = len(text)
-        elif not adopted and await live.running_elsewhere(self.session):
+        elif not idle:  # current is None here, so a run holds the lease: another process's
             run = await Run.objects.filter(session_id=pk, status=RunStatus.RUNNING).order_by("-pk").afirst()
             if run is not None:
                 self.waiting_sync = run.run_id

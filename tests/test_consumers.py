@@ -3,6 +3,7 @@ runs against the local OpenAI-compatible test server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import threading
@@ -15,13 +16,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from chatapp import live
-from chatapp.broadcast import sync_group
+from chatapp.broadcast import session_group, sync_group
 from chatapp.models import QueuedMessage
 from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import (
     LiveTestMixin,
     frames_until,
+    layer_listener,
     run_done,
     settle,
     started_run_id,
@@ -545,13 +547,15 @@ class TestAbandonedRuns(LiveTestMixin, TransactionTestCase):
         await socket.disconnect()
 
     async def test_stop_ends_it_at_once(self):
-        socket = await self.socket(self.session.session_id, self.alice, query=f"last_run={self.run.run_id}")
+        # Called as the socket calls it, with no socket: one that watched the run would settle it itself
+        # the moment its lease ran out, racing the Stop.
+        channel = await layer_listener(session_group(self.session.pk))
         await sync_to_async(self.lease_ends_in)(-1)  # the process stops while the page is open
-        await socket.send_to(text_data=json.dumps({"type": "stop", "run_id": self.run.run_id}))
-        frames = await frames_until(socket, run_done("interrupted", self.run.run_id))
-        assert not any("Nothing to stop." in f for f in frames)
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        assert await live.stop(session, run_id=self.run.run_id)  # not "Nothing to stop."
+        frame = await asyncio.wait_for(get_channel_layer().receive(channel), 10)
+        assert run_done("interrupted", self.run.run_id)(frame["html"])
         await self.interrupted()
-        await socket.disconnect()
 
     async def test_a_new_message_shows_it_interrupted_before_its_own_reply(self):
         self.llm.add(Text("A new reply."))
