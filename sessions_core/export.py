@@ -26,7 +26,7 @@ from django.db.models import Prefetch
 from django.utils import timezone
 
 from . import state as state_module
-from .llm import TOOL_FIELD_CHARS
+from .model_api import TOOL_FIELD_CHARS
 from .models import ChatSession, Message, NameSource, Role, Run, RunStatus, StateChange
 from .storable import storable, storable_tree
 

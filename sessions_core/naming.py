@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from .history import ChatMessage
-from .llm import Model, ModelError
+from .model_api import Model, ModelError
 
 logger = logging.getLogger("sessions_core")
 
