@@ -6,7 +6,6 @@ from __future__ import annotations
 from django.db import transaction
 
 from sessions_core import state as state_module
-from sessions_core.agent import apply_state_change
 from sessions_core.models import ChatSession
 
 
@@ -30,5 +29,5 @@ def replace_state(user, session_id: str, new_state: dict, expected_version: int)
         if session.state_version != expected_version:
             raise StaleStateError(session.state_version)
         patch, _ = state_module.diff(session.session_state, new_state)
-        apply_state_change(session, new_state, "manual", "default")
+        session.apply_state_change(new_state, "manual")
     return session, state_module.changed_keys(patch)

@@ -3,18 +3,21 @@
     from sessions_core import Agent
     from sessions_core.llm import OpenAIChat, OfflineModel
 
-Inside a Django project, add "sessions_core" to INSTALLED_APPS. In a standalone script nothing is
-needed: the first use of a public name sets Django up with this project's settings
-(DJANGO_SETTINGS_MODULE, default "chatapp.settings") and applies pending migrations.
+Inside a Django project, add "sessions_core" to INSTALLED_APPS. In a standalone script nothing else
+is needed: importing this package does no work, and the first use of a public name (`Agent`, ...)
+sets Django up and applies pending migrations (`setup()`). The settings are found as Django's own
+tools find them: DJANGO_SETTINGS_MODULE, else the project whose manage.py is in the current folder
+or the script's folder or one of their parents (the way pytest-django finds a project).
 """
 
 import importlib
 
 _EXPORTS = {
     "Agent": "agent",
-    "AgentSession": "agent",
+    "AgentSession": "accessors",
     "InMemoryDb": "memory",
-    "RunOutput": "runtime",
+    "RunOutput": "outputs",
+    "RunConfig": "config",
     "RunContext": "tools",
     "Function": "tools",
     "Toolkit": "tools",
@@ -45,23 +48,30 @@ _EXPORTS = {
 __all__ = [*_EXPORTS, "setup"]
 
 
-def setup(settings_module: str = "chatapp.settings", migrate: bool = True) -> None:
-    """Make the engine usable from a plain script: configure Django and migrate the database."""
+def setup(settings_module: str | None = None, migrate: bool = True) -> None:
+    """Make the engine usable from a plain script: configure Django and migrate the database.
+
+    `settings_module` wins over DJANGO_SETTINGS_MODULE; with neither, the nearest manage.py names it."""
     import os
 
     import django
     from django.apps import apps
+    from django.conf import settings
 
     if not apps.ready:
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", settings_module)
+        if settings_module:
+            os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
+        elif not settings.configured and not os.environ.get("DJANGO_SETTINGS_MODULE"):
+            from ._project import find_settings_module
+
+            os.environ["DJANGO_SETTINGS_MODULE"] = find_settings_module()
         django.setup()
     if migrate:
         from django.core.management import call_command
         from django.db import connections
         from django.db.migrations.executor import MigrationExecutor
 
-        connection = connections["default"]
-        executor = MigrationExecutor(connection)
+        executor = MigrationExecutor(connections["default"])
         if executor.migration_plan(executor.loader.graph.leaf_nodes()):
             call_command("migrate", verbosity=0, interactive=False)
 
@@ -75,16 +85,3 @@ def __getattr__(name):
     if not apps.ready:
         setup()
     return getattr(importlib.import_module(f"sessions_core.{module}"), name)
-
-
-def _setup_standalone_script() -> None:
-    """A plain script that imports sessions_core (or one of its modules) first gets Django set up here."""
-    import os
-
-    from django.conf import settings
-
-    if not os.environ.get("DJANGO_SETTINGS_MODULE") and not settings.configured:
-        setup()
-
-
-_setup_standalone_script()

@@ -65,6 +65,8 @@ class RunStartedEvent(BaseRunEvent):
     event = RunEvent.run_started
     model: str = ""
     model_provider: str = ""
+    input: str = ""  # the run's input as stored; `created_at` is the run row's
+
 
 
 @dataclass(kw_only=True)

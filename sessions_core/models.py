@@ -15,6 +15,8 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
+from .state import diff, to_json
+
 
 def new_id() -> str:
     return str(uuid.uuid4())
@@ -46,6 +48,19 @@ class ChatSessionQuerySet(models.QuerySet):
 
     def alive(self):
         return self.filter(deleted_at__isnull=True)
+
+    def leased(self, now=None):
+        """Sessions whose run lease is held and has not expired: a run is in flight (in some process)."""
+        return self.filter(lease_expires_at__gt=now or timezone.now())
+
+    def new(self, *, owner, component_id: str = "", kind: str = "agent", metadata=None, session_id=None,
+            now=None, **fields) -> "ChatSession":
+        """The one place a session is created (a run's first turn, the web's new chat, an import)."""
+        now = now or timezone.now()
+        if session_id:
+            fields["session_id"] = session_id
+        return self.create(owner=owner, component_id=component_id, kind=kind, metadata=dict(metadata or {}),
+                           created_at=now, last_activity_at=now, **fields)
 
     def trashed(self):
         return self.filter(deleted_at__isnull=False)
@@ -106,6 +121,20 @@ class ChatSession(models.Model):
     def is_running(self) -> bool:
         return bool(self.lease_expires_at and self.lease_expires_at > timezone.now())
 
+    def apply_state_change(self, new_state: dict, source: str, run=None) -> dict:
+        """Store `new_state` on this (locked) row as one recorded, versioned change; the stored state."""
+        new_state = to_json(new_state)
+        if new_state != self.session_state:
+            patch, inverse = diff(self.session_state, new_state)
+            self.state_version += 1
+            StateChange.objects.using(self._state.db).create(
+                session=self, run=run, version=self.state_version, patch=patch, inverse=inverse, source=source,
+                created_at=timezone.now(),
+            )
+            self.session_state = new_state
+            self.save(update_fields=["session_state", "state_version"])
+        return self.session_state
+
     def state_at(self, version: int) -> dict:
         """The state as it was at `version`, rebuilt by undoing later changes."""
         if not 0 <= version <= self.state_version:
@@ -140,6 +169,14 @@ class RunQuerySet(models.QuerySet):
         """Mark the abandoned runs among these as interrupted, as the session's next run would; how many."""
         now = now or timezone.now()
         return self.abandoned(now).update(status=RunStatus.INTERRUPTED, finished_at=now, error=INTERRUPTED_ERROR)
+
+    def settle_abandoned(self, now=None) -> list[int]:
+        """Mark the abandoned runs among these interrupted; their pks (a read first: usually there are none)."""
+        now = now or timezone.now()
+        pks = list(self.abandoned(now).values_list("pk", flat=True))
+        if pks:
+            self.filter(pk__in=pks).interrupt_abandoned(now)
+        return pks
 
     def usage(self) -> dict:
         """{"runs", "input_tokens", "output_tokens"} of these runs, summed in the database from their metrics."""

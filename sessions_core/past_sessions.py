@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 from .bridge import call_sync
-from .models import ChatSession, Message, Role, Run
-from .runtime import resolve_user
+from .models import Message, Role, Run
+from .owners import sessions_of
 from .tools import Function, RunContext
 
 PREVIEW_CHARS = 200
@@ -19,11 +19,9 @@ NOT_FOUND = "Session not found."
 
 
 def _scoped_sessions(agent, run_context: RunContext):
-    user = resolve_user(run_context.user_id, agent.db_alias, create=False)
-    if user is not None and user.pk is None:
-        return ChatSession.objects.none()
-    return (ChatSession.objects.using(agent.db_alias).for_user(user).alive()
-            .filter(component_id=agent.id).exclude(session_id=run_context.session_id))
+    """The run's user's other sessions with this agent: the owner check of `owners.sessions_of`."""
+    return (sessions_of(run_context.user_id, agent.db_alias).filter(component_id=agent.id)
+            .exclude(session_id=run_context.session_id))
 
 
 def _clip(text: str) -> str:

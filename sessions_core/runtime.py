@@ -1,8 +1,10 @@
-"""One run, step by step: resolve, take the lease, merge state, build the request, stream the model,
-run tools, persist, emit. See DESIGN.md "One run".
+"""One run, step by step: take the lease, merge state, build the request, stream the model, run
+tools, persist, emit. See DESIGN.md "One run".
 
-All database work happens in three kinds of short blocking calls (start, checkpoint, finish) made
-through `bridge.call_sync`, so a run costs a fixed number of queries however long its session is.
+The loop is configured by a frozen `RunConfig` and never reaches back into the Agent (or Team,
+Workflow) that made it. All database work happens in three kinds of short blocking calls (start,
+checkpoint, finish) made through `bridge.call_sync`, so a run costs a fixed number of queries
+however long its session is.
 """
 
 from __future__ import annotations
@@ -11,25 +13,23 @@ import asyncio
 import json
 import logging
 import secrets
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
 
 import pydantic
-from django.contrib.auth import get_user_model
-from django.contrib.auth.hashers import make_password
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from . import history as history_module
+from . import prompt
+from . import run_registry
 from . import state as state_module
 from .bridge import call_sync
-from .errors import SessionOwnershipError
+from .config import RunConfig
 from .events import (
     BaseRunEvent,
     RunCancelledEvent,
@@ -45,14 +45,14 @@ from .events import (
     ToolExecution,
 )
 from .history import ChatMessage
-from .llm import ModelChunk, ModelError
+from .model_api import ModelChunk, ModelError
 from .models import ChatSession, Role, Run, RunStatus
-from .storable import storable, storable_tree
+from .outputs import RunOutput
+from .owners import check_owner, resolve_user, user_label
 from .run_sql import RunStore, SessionRow
+from .storable import storable, storable_tree
+from .summary import aupdate_session_summary
 from .tools import RunContext, call_tool, result_text, timed
-
-if TYPE_CHECKING:
-    from .agent import Agent
 
 logger = logging.getLogger("sessions_core")
 
@@ -60,123 +60,12 @@ LEASE_SECONDS = 30
 HEARTBEAT_SECONDS = 10
 CHECKPOINT_SECONDS = 1.0
 MAX_MODEL_CALLS = 25
-SESSION_ID_MAX = 128
 
-
-@dataclass
-class RunOutput:
-    run_id: str
-    session_id: str
-    user_id: str | None = None
-    agent_id: str = ""
-    agent_name: str = ""
-    content: Any = None
-    content_type: str = "str"
-    status: str = RunStatus.RUNNING
-    error: str = ""
-    messages: list[ChatMessage] = field(default_factory=list)
-    tools: list[ToolExecution] = field(default_factory=list)
-    metrics: dict = field(default_factory=dict)
-    session_state: dict = field(default_factory=dict)
-    state_version: int = 0
-    model: str = ""
-    model_provider: str = ""
-
-
-# Runs of this process that were asked to stop: checked between streamed chunks, and a run waiting
-# for the model's next chunk is interrupted at once. Other processes see the request through
-# Run.cancel_requested at their next checkpoint.
-_cancel_requested: set[str] = set()
-_running: dict[str, RunLoop] = {}
-_registry_lock = threading.Lock()
-
-
-def request_cancel(run_id: str) -> bool:
-    """Stop a run of this process; False if it is not running here (nothing is kept for it then)."""
-    with _registry_lock:
-        run = _running.get(run_id)
-        if run is not None:
-            _cancel_requested.add(run_id)
-    if run is not None:
-        run.interrupt()
-    return run is not None
+__all__ = ["RunLoop", "RunOutput"]
 
 
 class _Cancelled(Exception):
     pass
-
-
-# Runs waiting for a session's lease in this process are woken as soon as it is released; runs
-# waiting on another process's lease poll with a short back-off.
-_lease_waiters: dict[int, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
-
-
-def _notify_lease_released(session_pk: int) -> None:
-    with _registry_lock:
-        waiters = _lease_waiters.pop(session_pk, [])
-    for loop, event in waiters:
-        try:
-            loop.call_soon_threadsafe(event.set)
-        except RuntimeError:  # that loop has closed
-            pass
-
-
-async def _wait_for_lease(session_pk: int, timeout: float) -> None:
-    event = asyncio.Event()
-    with _registry_lock:
-        _lease_waiters.setdefault(session_pk, []).append((asyncio.get_running_loop(), event))
-    try:
-        await asyncio.wait_for(event.wait(), timeout)
-    except TimeoutError:
-        pass
-
-
-def resolve_user(user_id, alias: str, create: bool = True):
-    """A user id string names the Django user with that username, created on first use by a run.
-
-    Readers pass create=False: an unknown name gets an unsaved user that owns nothing.
-    """
-    if user_id is None or user_id == "":
-        return None
-    if hasattr(user_id, "pk") and hasattr(user_id, "get_username"):
-        return user_id if user_id.is_authenticated else None
-    User = get_user_model()
-    name, longest = str(user_id), User._meta.get_field(User.USERNAME_FIELD).max_length
-    if len(name) > longest or not name.isprintable():  # else SQLite stores it and PostgreSQL refuses it
-        raise ValueError(f"A user id must be 1 to {longest} printable characters.")
-    lookup = {User.USERNAME_FIELD: name}
-    if not create:
-        return User.objects.db_manager(alias).filter(**lookup).first() or User(**lookup)
-    user, _ = User.objects.db_manager(alias).get_or_create(**lookup, defaults={"password": make_password(None)})
-    return user
-
-
-def user_label(user) -> str | None:
-    """The user id a run reports: the username for a User, the string itself otherwise."""
-    if user is None or user == "":
-        return None
-    return user.get_username() if hasattr(user, "get_username") else str(user)
-
-
-def validate_session_id(session_id: str) -> str:
-    session_id = str(session_id)
-    if not session_id or len(session_id) > SESSION_ID_MAX or not session_id.isprintable():
-        raise ValueError(f"A session id must be 1 to {SESSION_ID_MAX} printable characters.")
-    return session_id
-
-
-def load_owned_session(session_id: str, user, alias: str, *, lock: bool = False, fields=None) -> ChatSession | None:
-    """The session if it exists and belongs to `user` (None: ownerless); raises SessionOwnershipError otherwise."""
-    queryset = ChatSession.objects.using(alias).filter(session_id=session_id)
-    if lock:
-        queryset = queryset.select_for_update()
-    if fields:
-        queryset = queryset.only(*fields)
-    session = queryset.first()
-    owner_pk = user.pk if user is not None else None
-    if session is not None and (session.owner_id != owner_pk or (user is not None and owner_pk is None)):
-        raise SessionOwnershipError(session_id, user_label(user))
-    return session
 
 
 @dataclass
@@ -197,36 +86,42 @@ class _Start:
 
 
 class RunLoop:
-    """One run of an agent. Create it, then iterate `events()`."""
+    """One run of a component. Create it, then iterate `events()`; the outcome ends up in `output`."""
 
-    def __init__(self, agent: Agent, input: str, *, session_id: str, user, session_state: dict | None,
-                 options: dict):
-        self.agent = agent
-        self.alias = agent.db_alias
+    def __init__(self, config: RunConfig, input: str, *, session_id: str, user, session_state: dict | None,
+                 run_id: str | None = None):
+        self.config = config
+        self.alias = config.alias
+        self.model = config.model
         self.input = "" if input is None else storable(str(input))
         self.session_id = session_id
-        self.user_ref = user  # a username, a User or None; resolved to a User in the start step
-        self.user = None
+        self.user_ref = user  # a username, a User or None; resolved to a User when a session is created
         self.user_id = user_label(user)
         self.run_state = session_state
-        self.options = options
-        self.model = agent.resolved_model()
-        agent.functions()  # a broken tool list (two tools with one name) raises here, before anything is stored
-        self.run_id = str(uuid.uuid4())
+        self.run_id = str(run_id) if run_id else str(uuid.uuid4())
         self.lease_token = secrets.token_hex(16)
         self.seq = 0
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.reader: asyncio.Task | None = None  # the task, while it waits for the model's next chunk
         self.output = RunOutput(
-            run_id=self.run_id, session_id=session_id, user_id=self.user_id, agent_id=agent.id,
-            agent_name=agent.name or "", model=self.model.id, model_provider=self.model.provider,
+            run_id=self.run_id, session_id=session_id, user_id=self.user_id, agent_id=config.component_id,
+            agent_name=config.component_name, input=self.input, model=self.model.id,
+            model_provider=self.model.provider,
         )
+        # Set by the start step (`_begin`).
+        self.start = _Start()
+        self.started = 0.0
+        self.checkpoint_due = 0.0
+        self.last_seq = 0  # the seq of the run's last message so far
+        self.created_at = 0.0  # the run row's created_at, in seconds since the epoch
+        self.working: dict = {}  # the live state the tools see, injected keys included
+        self.state_text = "{}"  # the state as of the last recorded change
+        self.snapshot: dict | None = None  # the state as of state_text, once a tool is called: private to the run
+        self.loop: asyncio.AbstractEventLoop | None = None
+        # Set while the model streams.
+        self.reader: asyncio.Task | None = None  # the task, while it waits for the model's next chunk
         self.changes: list[tuple[list, list, str]] = []
         self.new_messages: list[ChatMessage] = []
         self.content_parts: list[str] = []
         self.current_reply: list[str] = []  # text of the model call in flight
-        self.checkpoint_due = 0.0
-        self.started = 0.0
         self.finished = False
         self.heartbeat_task: asyncio.Task | None = None
 
@@ -234,19 +129,19 @@ class RunLoop:
 
     def _event(self, cls, **kwargs) -> BaseRunEvent:
         self.seq += 1
-        return cls(run_id=self.run_id, session_id=self.session_id, agent_id=self.agent.id,
-                   agent_name=self.agent.name or "", seq=self.seq, **kwargs)
+        return cls(run_id=self.run_id, session_id=self.session_id, agent_id=self.config.component_id,
+                   agent_name=self.config.component_name, seq=self.seq, **kwargs)
 
     async def events(self) -> AsyncIterator[BaseRunEvent]:
         """Every event of the run, in Agno's order. The run's outcome ends up in `self.output`."""
         start = await self._acquire()
         self._begin(start)
-        with _registry_lock:
-            _running[self.run_id] = self
+        run_registry.register(self.run_id, self)
         # The heartbeat starts after its first interval: most runs are over before it would beat.
         heartbeat = asyncio.get_running_loop().call_later(CHECKPOINT_SECONDS, self._start_heartbeat, start.session_pk)
         try:
-            yield self._event(RunStartedEvent, model=self.model.id, model_provider=self.model.provider)
+            yield self._event(RunStartedEvent, model=self.model.id, model_provider=self.model.provider,
+                              input=self.input, created_at=self.created_at)
             async with aclosing(self._body(start)) as body:
                 async for event in body:
                     yield event
@@ -259,9 +154,7 @@ class RunLoop:
             heartbeat.cancel()
             if self.heartbeat_task is not None:
                 self.heartbeat_task.cancel()
-            with _registry_lock:
-                _running.pop(self.run_id, None)
-                _cancel_requested.discard(self.run_id)
+            run_registry.unregister(self.run_id)
 
     async def _body(self, start: _Start) -> AsyncIterator[BaseRunEvent]:
         status, error, error_type = RunStatus.COMPLETED, "", ""
@@ -293,12 +186,13 @@ class RunLoop:
             RunCompletedEvent, content=out.content, content_type=out.content_type, metrics=out.metrics,
             session_state=out.session_state, state_version=out.state_version, status=out.status,
         )
-        if status == RunStatus.COMPLETED and self.agent.enable_session_summaries:
+        if status == RunStatus.COMPLETED and self.config.enable_session_summaries:
             # After RunCompleted, not before it (Agno's order): the reply is never held up by the summary.
-            if self.options["stream_events"]:
+            stream_events = self.config.stream_events
+            if stream_events:
                 yield self._event(SessionSummaryStartedEvent)
-            summary = await self.agent.aupdate_session_summary(start.session_pk, self.session_id)
-            if self.options["stream_events"]:
+            summary = await aupdate_session_summary(self.config, start.session_pk, self.session_id)
+            if stream_events:
                 yield self._event(SessionSummaryCompletedEvent, session_summary=summary and summary.to_dict())
 
     def _injected(self) -> dict:
@@ -314,8 +208,7 @@ class RunLoop:
         self.started = time.perf_counter()
         self.checkpoint_due = self.started + CHECKPOINT_SECONDS
         self.working = {**start.state, **self._injected()}
-        self.state_text = start.state_text  # the state as of the last recorded change
-        self.snapshot: dict | None = None  # the state as of state_text, once a tool is called: private to the run
+        self.state_text = start.state_text
         self.loop = asyncio.get_running_loop()
 
     async def _acquire(self) -> _Start:
@@ -334,7 +227,7 @@ class RunLoop:
                 raise
             if not start.busy:
                 return start
-            await _wait_for_lease(start.session_pk, delay)
+            await run_registry.wait_for_lease(start.session_pk, delay)
             delay = min(delay * 2, 0.25)
 
     def _start_sync(self) -> _Start:
@@ -351,140 +244,58 @@ class RunLoop:
 
     def _start_on(self, store: RunStore, session: SessionRow, now) -> _Start:
         """The start step on a loaded, locked session: the lease, the run row and its first messages."""
-        agent, alias = self.agent, self.alias
+        config, alias = self.config, self.alias
         if session.lease_live:
             return _Start(busy=True, session_pk=session.pk)
         elif session.lease_token:
             # The process that held the lease stopped renewing it: its run is over.
             Run.objects.using(alias).filter(session_id=session.pk).interrupt_abandoned(now)
-        start = _Start(session_pk=session.pk, base_version=session.state_version, summary=session.summary)
-        self._merge_state(start, session.state_text)
-        history = []
-        if self.options["add_history_to_context"]:
-            history = history_module.history(
-                store, session.pk, self.options["num_history_runs"], self.options["num_history_messages"]
-            )
-        start.history = history
-        system = self._system_message(start)
+        merged = state_module.merge_for_run(config.session_state, session.state_text, self.run_state,
+                                            config.overwrite_db_session_state)
+        start = _Start(session_pk=session.pk, base_version=session.state_version, summary=session.summary,
+                       base_text=session.state_text, state=merged.state, state_text=merged.text,
+                       changes=merged.changes, state_error=merged.error)
+        if config.add_history_to_context:
+            start.history = history_module.history(store, session.pk, config.num_history_runs,
+                                                   config.num_history_messages)
+        system = prompt.system_message(config, {**start.state, **self._injected()}, self.user_id, start.summary)
         first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
         first.append(ChatMessage(role=Role.USER, content=self.input))
         rows, self.last_seq = self._message_rows(session.pk, None, first, session.last_seq, now)  # run: filled in
         start.run_pk = store.start_run(
-            run={"run_id": self.run_id, "session_pk": session.pk, "component_id": agent.id, "input": self.input,
-                 "model_id": self.model.id, "now": now,
-                 "history_seqs": [m.seq for m in history] if self.options["store_history_messages"] else None},
+            run={"run_id": self.run_id, "session_pk": session.pk, "component_id": config.component_id,
+                 "input": self.input, "model_id": self.model.id, "now": now,
+                 "history_seqs": [m.seq for m in start.history] if config.store_history_messages else None},
             messages=rows,
             lease=(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq),
         )
-        self.output.messages = first[:-1] + history + first[-1:]
+        self.output.messages = first[:-1] + start.history + first[-1:]
+        self.created_at = now.timestamp()
+        self.output.created_at = int(self.created_at)
         return start
 
     def _create_session(self, store: RunStore, now) -> SessionRow:
         """A new session for this run; if another run created it a moment ago, that one (checked and locked)."""
-        agent = self.agent
-        self.user = resolve_user(self.user_ref, self.alias)
+        config = self.config
+        user = resolve_user(self.user_ref, self.alias)
         try:
             with transaction.atomic(using=self.alias):  # a savepoint: a lost race rolls back only this
-                session = ChatSession.objects.using(self.alias).create(
-                    session_id=self.session_id, owner=self.user, kind=agent.kind, component_id=agent.id,
-                    metadata=agent.metadata or {}, created_at=now, last_activity_at=now,
+                session = ChatSession.objects.using(self.alias).new(
+                    session_id=self.session_id, owner=user, kind=config.kind, component_id=config.component_id,
+                    metadata=config.session_metadata, now=now,
                 )
         except IntegrityError:
             return self._load_for_run(store, now)
-        return SessionRow(pk=session.pk, owner_id=session.owner_id, owner_name=user_label(self.user),
+        return SessionRow(pk=session.pk, owner_id=session.owner_id, owner_name=user_label(user),
                           state_text=json.dumps(session.session_state), state_version=session.state_version,
                           summary=None, last_seq=session.last_seq, lease_token="", lease_live=False)
 
     def _load_for_run(self, store: RunStore, now) -> SessionRow | None:
         """The session row, locked, with its owner's name; refuses anyone but the owner."""
         session = store.load_session(self.session_id, now)
-        if session is None:
-            return None
-        ref = self.user_ref
-        if hasattr(ref, "get_username") and not ref.is_authenticated:
-            ref = None
-        if ref is None or ref == "":
-            allowed = session.owner_id is None
-        elif hasattr(ref, "get_username"):
-            allowed = session.owner_id is not None and session.owner_id == ref.pk
-        else:
-            allowed = session.owner_id is not None and session.owner_name == str(ref)
-        if not allowed:
-            raise SessionOwnershipError(self.session_id, self.user_id)
+        if session is not None:
+            check_owner(self.session_id, session.owner_id, session.owner_name, self.user_ref)
         return session
-
-    def _merge_state(self, start: _Start, stored_text: str) -> None:
-        """defaults < stored < run-supplied, each step recorded as its own change.
-
-        Every input is a fresh copy (parsed from JSON text, or converted by to_json), so nothing is
-        deep-copied here and the stored state, kept for a failed run, is never the working one.
-        """
-        agent = self.agent
-        start.base_text = stored_text
-        try:
-            defaults = state_module.to_json(agent.session_state) if agent.session_state else {}
-            run_state = state_module.to_json(self.run_state) if self.run_state else None
-        except state_module.StateNotJSONError as exc:
-            start.state, start.state_text, start.state_error = json.loads(stored_text), stored_text, str(exc)
-            return
-        working = json.loads(stored_text)
-        if not run_state and not state_module.fills_in(defaults, working) and not state_module.has_injected(working):
-            # The usual run: nothing to merge, so nothing to compare (which costs as much as the state).
-            start.state, start.state_text = working, stored_text
-            return
-        stored = json.loads(stored_text)  # `working` is merged into below; this copy stays as it was
-        with_defaults = state_module.merge_owned(defaults, working, None)
-        merged = state_module.strip_injected(state_module.merge_owned(
-            defaults, working, run_state, overwrite=agent.overwrite_db_session_state
-        ))
-        steps = ((stored, with_defaults, "defaults"), (with_defaults, merged, "run_input"))
-        for before, after, source in steps:
-            patch, inverse = state_module.diff(before, after)
-            if patch:
-                start.changes.append((patch, inverse, source))
-        start.state = merged
-        # Unchanged, the stored text serves as is (no need to encode a large state again).
-        start.state_text = state_module.dumps(merged) if start.changes else stored_text
-
-    def _system_message(self, start: _Start) -> str:
-        agent = self.agent
-        state_for_templates = {**start.state, **self._injected()}
-        sources = (state_for_templates, self.options["dependencies"], self.options["metadata"],
-                   {"user_id": self.user_id} if self.user_id else {})
-        if agent.system_message is not None:
-            text = str(agent.system_message)
-            return state_module.render(text, *sources) if agent.resolve_in_context else text
-        parts = []
-        if agent.description:
-            parts.append(agent.description)
-        instructions = agent.instructions
-        if callable(instructions):
-            instructions = instructions()
-        if isinstance(instructions, (list, tuple)):
-            instructions = [str(line) for line in instructions]
-            if len(instructions) == 1:
-                parts.append(instructions[0])
-            elif instructions:
-                parts.append("<instructions>\n" + "\n".join(f"- {line}" for line in instructions) + "\n</instructions>")
-        elif instructions:
-            parts.append(str(instructions))
-        if self.options["output_schema"] is None and agent.markdown:
-            parts.append("Use markdown to format your answers.")
-        text = "\n\n".join(parts)
-        if agent.resolve_in_context:
-            text = state_module.render(text, *sources)
-        if self.options["add_session_state_to_context"]:
-            block = json.dumps(state_for_templates, ensure_ascii=False, default=str)
-            text += f"\n\n<session_state>\n{block}\n</session_state>"
-        summary = start.summary or {}
-        if self.options["add_session_summary_to_context"] and summary.get("summary"):
-            text += (
-                "\n\nHere is a brief summary of your previous interactions:\n\n"
-                f"<summary_of_previous_interactions>\n{summary['summary']}\n</summary_of_previous_interactions>\n\n"
-                "Note: this information is from previous interactions and may be outdated. "
-                "You should ALWAYS prefer information from this conversation over the past summary."
-            )
-        return text.strip()
 
     def _insert_messages(self, store: RunStore, session_pk: int, run_pk: int, messages: list[ChatMessage],
                          last_seq: int, now) -> int:
@@ -506,14 +317,15 @@ class RunLoop:
     # -- the model loop ---------------------------------------------------------------------------
 
     async def _model_loop(self) -> AsyncIterator[BaseRunEvent]:
-        functions = self.agent.functions()
+        config = self.config
+        functions = config.functions
         tools = [function.to_openai() for function in functions.values()] or None
         wire = [message.to_wire() for message in self.output.messages]
-        response_format = self._response_format()
-        stream_events = self.options["stream_events"]
+        response_format = prompt.response_format(config)
+        stream_events = config.stream_events
         run_context = RunContext(
             run_id=self.run_id, session_id=self.session_id, user_id=self.user_id, session_state=self.working,
-            dependencies=self.options["dependencies"], metadata=self.options["metadata"],
+            dependencies=dict(config.dependencies), metadata=dict(config.metadata),
         )
         metrics = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}
         self.output.metrics = metrics
@@ -557,14 +369,8 @@ class RunLoop:
                     yield event
         raise ModelError(f"The model kept calling tools after {MAX_MODEL_CALLS} requests; the run was stopped.")
 
-    def _response_format(self) -> dict | None:
-        schema = self.options["output_schema"]
-        if schema is None:
-            return None
-        return {"type": "json_schema", "json_schema": {"name": schema.__name__, "schema": schema.model_json_schema()}}
-
     def _set_content(self, reply: str) -> None:
-        schema = self.options["output_schema"]
+        schema = self.config.output_schema
         if schema is None:
             # All the text of the run, as streamed (Agno's content): what was said before a tool call counts too.
             self.output.content = "".join(self.content_parts)
@@ -596,7 +402,8 @@ class RunLoop:
             if self.snapshot is None:  # the state before any tool touched it, to diff their changes against
                 self.snapshot = state_module.copy_tree(state_module.strip_injected(self.working))
             try:
-                result = await call_tool(function, args, run_context, self.agent, self.agent.tool_hooks or [])
+                result = await call_tool(function, args, run_context, self.config.tool_owner,
+                                         list(self.config.tool_hooks))
                 execution.result = result_text(result)
             except Exception as exc:  # a failing tool or hook is reported to the model, the run goes on
                 execution.result = storable(f"Error: {type(exc).__name__}: {exc}")
@@ -628,8 +435,7 @@ class RunLoop:
             patch, inverse = diffed
             self.state_text = after_text
         if patch:
-            agentic = call.name == "update_session_state" and self.agent.enable_agentic_state
-            source = "agentic" if agentic else f"tool:{call.name}"
+            source = "agentic" if call.name == self.config.agentic_state_tool else f"tool:{call.name}"
             self.changes.append((patch, inverse, source))
             if stream_events:
                 version = self.start.base_version + len(self.start.changes) + len(self.changes)
@@ -645,7 +451,7 @@ class RunLoop:
         except StopAsyncIteration:
             return None
         except asyncio.CancelledError:
-            if self.run_id in _cancel_requested and task.uncancel() == 0:  # our interrupt, not a real cancel
+            if run_registry.stop_requested(self.run_id) and task.uncancel() == 0:  # our interrupt, not a real cancel
                 raise _Cancelled() from None
             raise
         finally:
@@ -664,7 +470,7 @@ class RunLoop:
             pass
 
     def _check_cancelled(self) -> None:
-        if self.run_id in _cancel_requested:
+        if run_registry.stop_requested(self.run_id):
             raise _Cancelled()
 
     async def _checkpoint(self) -> None:
@@ -697,7 +503,7 @@ class RunLoop:
             if renew:
                 renewed = time.monotonic()
             if await call_sync(beat, renew):
-                request_cancel(self.run_id)
+                run_registry.request_cancel(self.run_id)
                 return
             await asyncio.sleep(CHECKPOINT_SECONDS)
 
@@ -722,7 +528,7 @@ class RunLoop:
         out.metrics["duration"] = round(time.perf_counter() - self.started, 6)
         keep_state = status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
         messages = self.new_messages
-        if not self.agent.store_tool_messages:
+        if not self.config.store_tool_messages:
             messages = [m for m in messages if m.role != Role.TOOL and not m.tool_calls]
         try:
             out.session_state, out.state_version = await call_sync(
@@ -736,7 +542,7 @@ class RunLoop:
             await call_sync(self._finish_failed, error)
             out.session_state, out.state_version = json.loads(self.start.base_text), self.start.base_version
         out.messages.extend(self.new_messages)
-        _notify_lease_released(self.start.session_pk)
+        run_registry.notify_lease_released(self.start.session_pk)
 
     def _finish_failed(self, error: str) -> None:
         """The run failed to store its outcome: mark it failed and release the lease (its replies are lost)."""

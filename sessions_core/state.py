@@ -12,6 +12,7 @@ import operator
 import re
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import jsonpatch
 import orjson
@@ -393,3 +394,41 @@ def render(text: str, *sources: Mapping) -> str:
         return match.group(0)
 
     return _PLACEHOLDER.sub(substitute, text)
+
+
+@dataclass
+class RunStartState:
+    """The state a run starts from, and how it got there from the stored state."""
+
+    state: dict  # merged, without injected keys: a fresh copy the run may change
+    text: str  # `state` as JSON text
+    changes: list = field(default_factory=list)  # [(patch, inverse, source)]: "defaults", then "run_input"
+    error: str = ""  # the defaults or the run's state are not JSON: the run fails with this
+
+
+def merge_for_run(defaults: Mapping | None, stored_text: str, run_state: Mapping | None,
+                  overwrite: bool = False) -> RunStartState:
+    """defaults < stored < run-supplied, each step recorded as its own change.
+
+    Every input is a fresh copy (parsed from JSON text, or converted by to_json), so nothing is
+    deep-copied here and the stored state, kept for a failed run, is never the working one.
+    """
+    try:
+        defaults = to_json(defaults) if defaults else {}
+        run_state = to_json(run_state) if run_state else None
+    except StateNotJSONError as exc:
+        return RunStartState(json.loads(stored_text), stored_text, error=str(exc))
+    working = json.loads(stored_text)
+    if not run_state and not fills_in(defaults, working) and not has_injected(working):
+        # The usual run: nothing to merge, so nothing to compare (which costs as much as the state).
+        return RunStartState(working, stored_text)
+    stored = json.loads(stored_text)  # `working` is merged into below; this copy stays as it was
+    with_defaults = merge_owned(defaults, working, None)
+    merged = strip_injected(merge_owned(defaults, working, run_state, overwrite=overwrite))
+    changes = []
+    for before, after, source in ((stored, with_defaults, "defaults"), (with_defaults, merged, "run_input")):
+        patch, inverse = diff(before, after)
+        if patch:
+            changes.append((patch, inverse, source))
+    # Unchanged, the stored text serves as is (no need to encode a large state again).
+    return RunStartState(merged, dumps(merged) if changes else stored_text, changes)

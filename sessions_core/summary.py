@@ -9,8 +9,10 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from .history import ChatMessage
-from .llm import Model, ModelError
+from .bridge import call_sync
+from .history import ChatMessage, completed_messages
+from .models import ChatSession
+from .model_api import Model, ModelError
 
 logger = logging.getLogger("sessions_core")
 
@@ -85,3 +87,19 @@ class SessionSummaryManager:
             raise ModelError("The model returned no summary.")
         topics = [str(topic) for topic in data.get("topics") or [] if str(topic).strip()]
         return SessionSummary(summary=str(data["summary"]).strip(), topics=topics, updated_at=timezone.now())
+
+
+async def aupdate_session_summary(config, session_pk: int, session_id: str) -> SessionSummary | None:
+    """Regenerate the summary after a successful run. A failure keeps the previous one and is logged."""
+    manager = config.session_summary_manager or SessionSummaryManager()
+    alias = config.alias
+    messages = await call_sync(completed_messages, session_pk, alias, manager.last_n_runs)
+    try:
+        summary = await manager.acreate(config.model, messages)
+    except Exception:
+        logger.exception("Session summary failed for session %s; the previous summary is kept", session_id)
+        return None
+    await call_sync(
+        lambda: ChatSession.objects.using(alias).filter(pk=session_pk).update(summary=summary.to_dict())
+    )
+    return summary

@@ -171,3 +171,45 @@ class TestAccessors(EngineTestMixin, TestCase):
             await self.agent_.aprint_response("hi", session_id="s", user_id="alice", stream=True)
 
         assert buffer.getvalue() == "Async hello.\n"
+
+
+class TestRunArguments(EngineTestMixin, TestCase):
+    """Agno's run signature: a misspelt keyword is an error, a given run id is used, a stop may come first."""
+
+    def test_an_unknown_keyword_is_a_type_error_naming_it_and_runs_nothing(self):
+        agent = self.agent()
+        for call in (lambda: agent.run("hi", sesion_id="s"), lambda: agent.arun("hi", sesion_id="s"),
+                     lambda: agent.print_response("hi", sesion_id="s", strem=True)):
+            with self.subTest(call=call):
+                try:
+                    call()
+                except TypeError as exc:
+                    assert "'sesion_id'" in str(exc)
+                else:
+                    raise AssertionError("no TypeError")
+        assert not Run.objects.exists() and self.llm.requests == []
+
+    def test_a_given_run_id_is_the_runs_id(self):
+        self.llm.add(Text("hello"))
+        output = self.agent().run("hi", session_id="s", run_id="my-run-1")
+
+        assert output.run_id == "my-run-1" and Run.objects.get().run_id == "my-run-1"
+
+    def test_a_stop_asked_before_the_run_starts_cancels_it_when_it_starts(self):
+        self.llm.add(Text("never sent"))
+        assert Agent.cancel_run("early-run") is False  # not running yet: the intent is kept
+
+        output = self.agent().run("hi", session_id="s", run_id="early-run")
+
+        assert output.status == "cancelled" and self.llm.requests == []
+        assert Run.objects.get(run_id="early-run").status == "cancelled"
+
+    def test_run_output_has_input_and_created_at_from_a_run_and_from_the_store(self):
+        self.llm.add(Text("hello"))
+        agent = self.agent()
+        output = agent.run("hi there", session_id="s")
+        stored = agent.get_last_run_output(session_id="s")
+        run = Run.objects.get()
+
+        assert output.input == stored.input == "hi there"
+        assert output.created_at == stored.created_at == int(run.created_at.timestamp()) > 0

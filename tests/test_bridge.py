@@ -92,7 +92,7 @@ class TestSyncCallsWhereALoopIsRunning(EngineTestMixin, TransactionTestCase):
         with mock.patch.dict(os.environ, {"DJANGO_ALLOW_ASYNC_UNSAFE": "true"}):
             try:
                 output = agent.run("hi", session_id="nb")
-                events = list(agent.run("again", session_id="nb", stream=True))
+                events = list(agent.run("again", session_id="nb", stream=True, stream_events=True))
                 state = agent.get_session_state(session_id="nb")
             finally:
                 connections.close_all()  # this thread's own connection, which nothing else would close

@@ -331,7 +331,7 @@ class TestCancellation(EngineTestMixin, TestCase):
         self.llm.add(Text(words, chunk_delay=0.05))
         events = []
 
-        for event in agent.run("long", session_id="s", stream=True):
+        for event in agent.run("long", session_id="s", stream=True, stream_events=True):
             events.append(event)
             if len(events) == 1:
                 # What Agent.acancel_run does from another process: only the database flag.

@@ -54,10 +54,22 @@ class TestEvents(EngineTestMixin, TestCase):
         assert (final.content, final.status, final.session_state) == ("On it.Milk is on the list.", "completed",
                                                                       {"shopping_list": ["milk"]})
 
-    def test_stream_without_stream_events_yields_content_and_the_end_only(self):
+    def test_stream_without_stream_events_yields_content_only(self):
+        # As in Agno: content events only (a failure or a stop would still be reported, see test_errors).
         events = list(self.agent_.run("add milk", session_id="s", stream=True))
 
-        assert set(kinds(events)) == {"RunContent", "RunCompleted"} and kinds(events)[-1] == "RunCompleted"
+        assert set(kinds(events)) == {"RunContent"}
+        assert "".join(e.content for e in events) == "On it.Milk is on the list."
+
+    def test_yield_run_output_ends_the_stream_with_the_output(self):
+        events = list(self.agent_.run("add milk", session_id="s", stream=True, stream_events=True,
+                                      yield_run_output=True))
+
+        output = events[-1]
+        assert isinstance(output, RunOutput) and kinds(events[:-1])[-1] == "RunCompleted"
+        assert (output.status, output.input, output.session_state) == ("completed", "add milk",
+                                                                       {"shopping_list": ["milk"]})
+        assert output.run_id == events[0].run_id and events[0].input == "add milk"
 
     async def test_async_streams_emit_the_same_events(self):
         events = await astream_all(self.agent_, "add milk", session_id="s")

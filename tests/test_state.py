@@ -144,7 +144,7 @@ class TestAppendixA(EngineTestMixin, TestCase):
     def test_precedence_streaming(self):
         agent = self.agent(session_state={"async_test": "agent_default"})
         list(agent.run("one", session_id="s", stream=True, session_state={"async_test": "db_state", "db_key": "db"}))
-        events = list(agent.run("two", session_id="s", stream=True,
+        events = list(agent.run("two", session_id="s", stream=True, stream_events=True,
                                 session_state={"async_test": "run_state", "run_key": "r"}))
 
         expected = {"async_test": "run_state", "db_key": "db", "run_key": "r"}

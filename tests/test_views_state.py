@@ -9,7 +9,6 @@ from django.db import transaction
 from django.urls import reverse
 
 from chatapp.state_edits import StaleStateError, replace_state
-from sessions_core.agent import apply_state_change
 from sessions_core.models import ChatSession, StateChange
 from tests.factories import make_run
 from tests.web_helpers import GroupListener, WebTestCase
@@ -21,10 +20,10 @@ class StateTestCase(WebTestCase):
         self.run = make_run(self.session, user_text="add milk and eggs")
         with transaction.atomic():
             session = ChatSession.objects.select_for_update().get(pk=self.session.pk)
-            apply_state_change(session, {"shopping_list": []}, "defaults", "default")
-            apply_state_change(session, {"shopping_list": ["milk"]}, "tool:add_item", "default", run=self.run)
-            apply_state_change(session, {"shopping_list": ["milk", "eggs"], "meta": {"store": "Aldi"}},
-                               "tool:add_item", "default", run=self.run)
+            session.apply_state_change({"shopping_list": []}, "defaults")
+            session.apply_state_change({"shopping_list": ["milk"]}, "tool:add_item", run=self.run)
+            session.apply_state_change({"shopping_list": ["milk", "eggs"], "meta": {"store": "Aldi"}},
+                                       "tool:add_item", run=self.run)
         self.session.refresh_from_db()
 
     def url(self, name, *args):

@@ -8,7 +8,6 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from sessions_core.agent import apply_state_change
 from sessions_core.models import ChatSession
 
 from .. import rendering
@@ -39,9 +38,11 @@ def new_session(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         assistant_id = form.cleaned_data["assistant"]
         with transaction.atomic():
-            session = ChatSession.objects.create(owner=request.user, component_id=assistant_id)
+            assistant = get_assistant(assistant_id)
+            session = ChatSession.objects.new(owner=request.user, component_id=assistant_id, kind=assistant.kind,
+                                              metadata=assistant.metadata)
             # The assistant's defaults go in at once (as version 1): the panel shows them before the first message.
-            apply_state_change(session, get_assistant(assistant_id).session_state, "defaults", "default")
+            session.apply_state_change(assistant.session_state, "defaults")
         broadcast_to_user(request.user.pk, rendering.render_session_item_to_top(session))
         return redirect("chat:session", session.session_id)
     return render(request, "chatapp/new_session.html", {"form": form, "assistants": ASSISTANTS.values()},

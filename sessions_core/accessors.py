@@ -1,0 +1,216 @@
+"""The session accessors every component shares (Agent, Team, Workflow), each with its async twin.
+
+`get_session_state`, `update_session_state`, `get_chat_history`, `get_session`, `get_last_run_output`,
+`get_session_name`, `set_session_name`, `get_session_summary`, `delete_session`, `get_sessions`:
+Agno's names and arguments. Every one of them loads its session through `owners.owned_session`, so
+another user's session id is refused the same way everywhere. The async twin is the implementation;
+the sync one is a one-line adapter through `bridge`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from . import state as state_module
+from .bridge import call_sync, run_sync
+from .history import ChatMessage, chat_history
+from .models import ChatSession, Message, NameSource, Run, RunStatus
+from .outputs import RunOutput
+from .owners import owned_session, required_session_id, sessions_of, user_label
+from .storable import storable
+from .summary import SessionSummary
+
+
+@dataclass
+class AgentSession:
+    """A stored session as the accessors hand it out."""
+
+    session_id: str
+    user_id: str | None
+    agent_id: str
+    session_name: str
+    name_source: str
+    session_state: dict
+    state_version: int
+    summary: dict | None
+    metadata: dict
+    created_at: datetime
+    updated_at: datetime
+    kind: str = "agent"
+    _component: Any = field(default=None, repr=False, compare=False)
+
+    def get_messages(self, last_n_runs: int | None = None) -> list[ChatMessage]:
+        """All stored messages of the session (system and tool included), oldest first."""
+        return run_sync(lambda: self.aget_messages(last_n_runs=last_n_runs))
+
+    async def aget_messages(self, last_n_runs: int | None = None) -> list[ChatMessage]:
+        component = self._component
+
+        def load():
+            session = component._owned(self.session_id, self.user_id)
+            alias = component.db_alias
+            messages = Message.objects.using(alias).filter(session=session)
+            if last_n_runs is not None:
+                runs = Run.objects.using(alias).filter(session=session).order_by("-id").values("id")
+                messages = messages.filter(run_id__in=runs[: max(last_n_runs, 0)])
+            return [ChatMessage.from_row(row) for row in messages.order_by("seq")]
+
+        return await call_sync(load)
+
+    def get_chat_history(self, last_n_runs: int | None = None) -> list[ChatMessage]:
+        return self._component.get_chat_history(session_id=self.session_id, last_n_runs=last_n_runs,
+                                                user_id=self.user_id)
+
+
+class SessionAccessors:
+    """Mixed into a component with `id`, `name`, `session_id`, `user_id` and `db_alias`."""
+
+    session_id: str | None
+    user_id: Any
+
+    def _owned(self, session_id: str | None, user_id=None, *, lock: bool = False) -> ChatSession:
+        """The caller's session (blocking: in a database thread)."""
+        user_ref = user_id if user_id not in (None, "") else self.user_id
+        return owned_session(required_session_id(session_id, self.session_id), user_ref, self.db_alias, lock=lock)
+
+    def _session_view(self, session: ChatSession) -> AgentSession:
+        return AgentSession(
+            session_id=session.session_id, user_id=user_label(session.owner) if session.owner_id else None,
+            agent_id=session.component_id, session_name=session.name, name_source=session.name_source,
+            session_state=session.session_state, state_version=session.state_version, summary=session.summary,
+            metadata=session.metadata, created_at=session.created_at, updated_at=session.last_activity_at,
+            kind=session.kind, _component=self,
+        )
+
+    async def aget_session(self, session_id: str | None = None, user_id=None) -> AgentSession:
+        return await call_sync(lambda: self._session_view(self._owned(session_id, user_id)))
+
+    def get_session(self, session_id: str | None = None, user_id=None) -> AgentSession:
+        return run_sync(lambda: self.aget_session(session_id, user_id))
+
+    async def aget_session_state(self, session_id: str | None = None, user_id=None) -> dict:
+        return await call_sync(lambda: self._owned(session_id, user_id).session_state)
+
+    def get_session_state(self, session_id: str | None = None, user_id=None) -> dict:
+        return run_sync(lambda: self.aget_session_state(session_id, user_id))
+
+    async def aupdate_session_state(self, session_state_updates: dict, session_id: str | None = None,
+                                    user_id=None, source: str = "manual") -> dict:
+        """Replace the given top-level keys (shallow, as in Agno); recorded as one state change."""
+        updates = state_module.to_json(state_module.strip_injected(dict(session_state_updates)))
+
+        def update():
+            with transaction.atomic(using=self.db_alias):
+                session = self._owned(session_id, user_id, lock=True)
+                return session.apply_state_change({**session.session_state, **updates}, source)
+
+        return await call_sync(update)
+
+    def update_session_state(self, session_state_updates: dict, session_id: str | None = None, user_id=None) -> dict:
+        return run_sync(lambda: self.aupdate_session_state(session_state_updates, session_id, user_id))
+
+    async def aget_chat_history(self, session_id: str | None = None, last_n_runs: int | None = None,
+                                user_id=None) -> list[ChatMessage]:
+        return await call_sync(lambda: chat_history(self._owned(session_id, user_id).pk, self.db_alias, last_n_runs))
+
+    def get_chat_history(self, session_id: str | None = None, last_n_runs: int | None = None,
+                         user_id=None) -> list[ChatMessage]:
+        return run_sync(lambda: self.aget_chat_history(session_id, last_n_runs, user_id))
+
+    async def aget_last_run_output(self, session_id: str | None = None, user_id=None) -> RunOutput | None:
+        def load():
+            session = self._owned(session_id, user_id)
+            runs = Run.objects.using(self.db_alias).filter(session=session, parent_run__isnull=True)
+            run = runs.filter(component_id=self.id).order_by("-id").first()
+            if run is None:
+                return None
+            if run.status == RunStatus.RUNNING and not session.is_running:  # its process stopped mid-run
+                runs.filter(pk=run.pk).settle_abandoned()
+                run.refresh_from_db(using=self.db_alias)
+            return self._run_output(session, run)
+
+        return await call_sync(load)
+
+    def get_last_run_output(self, session_id: str | None = None, user_id=None) -> RunOutput | None:
+        return run_sync(lambda: self.aget_last_run_output(session_id, user_id))
+
+    def _run_output(self, session: ChatSession, run: Run) -> RunOutput:
+        """A stored top-level run as the RunOutput a run returned."""
+        messages = [ChatMessage.from_row(row) for row in run.messages.using(self.db_alias).order_by("seq")]
+        return RunOutput(
+            run_id=run.run_id, session_id=session.session_id,
+            user_id=user_label(session.owner) if session.owner_id else None, agent_id=self.id,
+            agent_name=self.name or "", input=run.input, content=run.content, content_type=run.content_type,
+            status=run.status, error=run.error, messages=messages, metrics=run.metrics,
+            session_state=session.state_at(run.state_version) if run.state_version is not None else {},
+            state_version=run.state_version or 0, model=run.model_id, created_at=int(run.created_at.timestamp()),
+        )
+
+    async def aget_session_summary(self, session_id: str | None = None, user_id=None) -> SessionSummary | None:
+        return await call_sync(lambda: SessionSummary.from_dict(self._owned(session_id, user_id).summary))
+
+    def get_session_summary(self, session_id: str | None = None, user_id=None) -> SessionSummary | None:
+        return run_sync(lambda: self.aget_session_summary(session_id, user_id))
+
+    async def aget_session_name(self, session_id: str | None = None, user_id=None) -> str:
+        return await call_sync(lambda: self._owned(session_id, user_id).name)
+
+    def get_session_name(self, session_id: str | None = None, user_id=None) -> str:
+        return run_sync(lambda: self.aget_session_name(session_id, user_id))
+
+    async def _agenerate_name(self, session_id: str | None, user_id) -> tuple[str, bool]:
+        """(name, generated) for set_session_name(autogenerate=True); components say how."""
+        raise NotImplementedError
+
+    async def aset_session_name(self, session_id: str | None = None, autogenerate: bool = False,
+                                session_name: str | None = None, user_id=None) -> AgentSession:
+        """Name the session, or with autogenerate=True let the component make a name."""
+        if not autogenerate and not (session_name and session_name.strip()):
+            raise ValueError("No session name provided")
+        session_name = storable(session_name or "")
+        source = NameSource.USER
+        if autogenerate:
+            session_name, generated = await self._agenerate_name(session_id, user_id)
+            source = NameSource.AUTO if generated else NameSource.FALLBACK
+
+        def save():
+            with transaction.atomic(using=self.db_alias):
+                session = self._owned(session_id, user_id, lock=True)
+                # A generated title never replaces one the user chose (checked under the row lock), and a
+                # fallback (the model failed) never replaces a title that is already there.
+                keep = autogenerate and (session.name_source == NameSource.USER
+                                         or (source == NameSource.FALLBACK and session.name))
+                if not keep:
+                    session.name, session.name_source = session_name.strip()[:200], source
+                    session.save(update_fields=["name", "name_source"])
+                return self._session_view(session)
+
+        return await call_sync(save)
+
+    def set_session_name(self, session_id: str | None = None, autogenerate: bool = False,
+                         session_name: str | None = None, user_id=None) -> AgentSession:
+        return run_sync(lambda: self.aset_session_name(session_id, autogenerate, session_name, user_id))
+
+    async def adelete_session(self, session_id: str | None = None, user_id=None) -> None:
+        """Delete the session and everything in it, for good."""
+        await call_sync(lambda: self._owned(session_id, user_id).delete())
+
+    def delete_session(self, session_id: str | None = None, user_id=None) -> None:
+        return run_sync(lambda: self.adelete_session(session_id, user_id))
+
+    async def aget_sessions(self, user_id=None, limit: int | None = None) -> list[AgentSession]:
+        """This component's sessions of one user (None: ownerless ones), newest activity first."""
+        def load():
+            user_ref = user_id if user_id not in (None, "") else self.user_id
+            sessions = (sessions_of(user_ref, self.db_alias).filter(component_id=self.id)
+                        .select_related("owner").order_by("-last_activity_at", "-id"))
+            return [self._session_view(session) for session in (sessions[:limit] if limit else sessions)]
+
+        return await call_sync(load)
+
+    def get_sessions(self, user_id=None, limit: int | None = None) -> list[AgentSession]:
+        return run_sync(lambda: self.aget_sessions(user_id, limit))

@@ -1,0 +1,176 @@
+"""What Agent, Team and Workflow share: run entry points with Agno's signatures, and the accessors.
+
+`run`/`arun`/`print_response`/`aprint_response` check their keyword arguments (a typo such as
+`sesion_id=` is a TypeError, not a run in the default session), resolve the session id (given, the
+component's own, or a new one that sticks to the component, as in Agno), build the run's config and
+drive the run loop. With `stream=True` and no `stream_events` only content events reach the caller
+(and a failure or a stop, which are never silent); `yield_run_output=True` ends a stream with the
+run's output.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from .accessors import SessionAccessors
+from .bridge import call_sync, iterate_sync, run_sync
+from .config import RunConfig
+from .events import RunEvent
+from .models import Run, RunStatus
+from .owners import validate_session_id
+from .run_registry import request_cancel
+
+# With stream=True and stream_events=False only these reach the caller.
+CONTENT_ONLY = frozenset({RunEvent.run_content, RunEvent.run_error, RunEvent.run_cancelled})
+
+
+class Component(SessionAccessors):
+    """A thing a user runs turns against in a session: it makes RunConfigs and run loops."""
+
+    kind: ClassVar[str] = "agent"
+    # Call options that adjust the config for one run: {keyword: config field}.
+    run_options: ClassVar[dict[str, str]] = {}
+
+    id: str
+    name: str | None
+    session_id: str | None
+    user_id: Any
+    db: Any
+    stream: bool | None
+    stream_events: bool | None
+
+    @property
+    def db_alias(self) -> str:
+        return getattr(self.db, "alias", self.db) or "default"
+
+    # -- to be provided ---------------------------------------------------------------------------
+
+    def base_config(self) -> RunConfig:
+        raise NotImplementedError
+
+    def _make_loop(self, config: RunConfig, input, *, session_id: str, user, session_state, run_id):
+        raise NotImplementedError
+
+    # -- runs -------------------------------------------------------------------------------------
+
+    def _check_options(self, method: str, options: dict) -> None:
+        unknown = sorted(set(options) - set(self.run_options))
+        if unknown:
+            names = ", ".join(repr(name) for name in unknown)
+            plural = "s" if len(unknown) > 1 else ""
+            raise TypeError(f"{type(self).__name__}.{method}() got unexpected keyword argument{plural} {names}")
+
+    def _resolve_session_id(self, session_id) -> str:
+        if session_id:
+            return validate_session_id(session_id)
+        if self.session_id:
+            return validate_session_id(self.session_id)
+        # Agno: a generated id sticks to the component, so the next call continues the same session.
+        self.session_id = str(uuid.uuid4())
+        return self.session_id
+
+    def run_config(self, stream_events: bool, options: dict) -> RunConfig:
+        """The base config with this call's options."""
+        base = self.base_config()
+        changes = {"stream_events": stream_events}
+        for keyword, value in options.items():
+            if value is None:
+                continue
+            name = self.run_options[keyword]
+            if name == "dependencies":
+                value = {**base.dependencies, **value}
+            elif name == "metadata":
+                value = {**value, **base.metadata}  # Agno: the component's metadata wins over the call's
+            changes[name] = value
+        return replace(base, **changes)
+
+    def _loop(self, input, session_id, user_id, session_state, run_id, stream_events, options):
+        session_id = self._resolve_session_id(session_id)
+        user = user_id if user_id not in (None, "") else self.user_id
+        config = self.run_config(stream_events, options)
+        return self._make_loop(config, input, session_id=session_id, user=user, session_state=session_state,
+                               run_id=run_id)
+
+    def run(self, input=None, *, session_id: str | None = None, user_id=None, session_state: dict | None = None,
+            stream: bool | None = None, stream_events: bool | None = None, run_id: str | None = None,
+            yield_run_output: bool = False, **options):
+        """Run one turn. Returns the run's output, or with stream=True an iterator of events."""
+        self._check_options("run", options)
+        stream = self.stream if stream is None else stream
+        kwargs = dict(session_id=session_id, user_id=user_id, session_state=session_state, run_id=run_id, **options)
+        if stream:
+            return iterate_sync(lambda: self.arun(input, stream=True, stream_events=stream_events,
+                                                  yield_run_output=yield_run_output, **kwargs))
+        return run_sync(lambda: self.arun(input, **kwargs))
+
+    def arun(self, input=None, *, session_id: str | None = None, user_id=None, session_state: dict | None = None,
+             stream: bool | None = None, stream_events: bool | None = None, run_id: str | None = None,
+             yield_run_output: bool = False, **options):
+        """Async twin of `run`: await it for the output, or iterate it (stream=True) for events."""
+        self._check_options("arun", options)
+        stream = self.stream if stream is None else stream
+        stream_events = bool(stream and (self.stream_events if stream_events is None else stream_events))
+        loop = self._loop(input, session_id, user_id, session_state, run_id, stream_events, options)
+        if stream:
+            return self._stream(loop, stream_events, yield_run_output)
+        return self._complete(loop)
+
+    @staticmethod
+    async def _stream(loop, stream_events: bool, yield_run_output: bool) -> AsyncIterator:
+        async for event in loop.events():
+            if stream_events or event.event in CONTENT_ONLY:
+                yield event
+        if yield_run_output:
+            yield loop.output
+
+    @staticmethod
+    async def _complete(loop):
+        async for _ in loop.events():
+            pass
+        return loop.output
+
+    def print_response(self, input=None, *, stream: bool | None = None, **kwargs) -> None:
+        if stream or (stream is None and self.stream):
+            for event in self.run(input, stream=True, **kwargs):
+                _print_event(event)
+            print()
+        else:
+            _print_output(self.run(input, **kwargs))
+
+    async def aprint_response(self, input=None, *, stream: bool | None = None, **kwargs) -> None:
+        if stream or (stream is None and self.stream):
+            async for event in self.arun(input, stream=True, **kwargs):
+                _print_event(event)
+            print()
+        else:
+            _print_output(await self.arun(input, **kwargs))
+
+    @staticmethod
+    def cancel_run(run_id: str, db: str | None = None) -> bool:
+        """Ask a run to stop. True if it was running; a run that has not started yet is stopped when it
+        starts, and one running in another process stops at its next checkpoint (within about a second)."""
+        return run_sync(lambda: Component.acancel_run(run_id, db))
+
+    @staticmethod
+    async def acancel_run(run_id: str, db: str | None = None) -> bool:
+        local = request_cancel(run_id)
+        alias = getattr(db, "alias", db) or "default"
+
+        def flag() -> int:
+            return Run.objects.using(alias).filter(run_id=run_id, status=RunStatus.RUNNING).update(cancel_requested=True)
+
+        return bool(await call_sync(flag)) or local
+
+
+def _print_event(event) -> None:
+    if getattr(event, "event", None) == RunEvent.run_content:
+        print(event.content, end="", flush=True)
+    elif getattr(event, "event", None) == RunEvent.run_error:
+        print(f"\n[error] {event.content}")
+
+
+def _print_output(output) -> None:
+    print(output.content if output.status != RunStatus.ERROR else f"[error] {output.error}")

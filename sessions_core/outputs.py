@@ -1,0 +1,32 @@
+"""What a finished run hands back: `RunOutput` (Agno's name and fields)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .events import ToolExecution
+from .history import ChatMessage
+from .models import RunStatus
+
+
+@dataclass
+class RunOutput:
+    run_id: str
+    session_id: str
+    user_id: str | None = None
+    agent_id: str = ""
+    agent_name: str = ""
+    input: str = ""
+    content: Any = None
+    content_type: str = "str"
+    status: str = RunStatus.RUNNING
+    error: str = ""
+    messages: list[ChatMessage] = field(default_factory=list)
+    tools: list[ToolExecution] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+    session_state: dict = field(default_factory=dict)
+    state_version: int = 0
+    model: str = ""
+    model_provider: str = ""
+    created_at: int = 0  # seconds since the epoch, as in Agno

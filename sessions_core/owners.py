@@ -1,0 +1,118 @@
+"""Who may touch a session: user ids, session ids, and the one owner check every engine path uses.
+
+A user id names the Django user with that username (a `User` is taken as it is); no user means the
+ownerless sessions of scripts. A session may be touched only by its owner, an ownerless one only
+without a user: another user's session id is refused with `SessionOwnershipError` before anything
+is read or written, and an ownerless session is never claimed by a later caller with a user.
+
+`may_touch` is the decision; `owned_session` (accessors, history, summaries, export) and the run's
+start step (on the row `run_sql` reads) both ask it. `sessions_of` lists what a user may see.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
+
+from .errors import SessionIdNotSetError, SessionNotFoundError, SessionOwnershipError
+from .models import ChatSession
+
+SESSION_ID_MAX = 128
+
+
+def resolve_user(user_id, alias: str, create: bool = True):
+    """A user id string names the Django user with that username, created on first use by a run.
+
+    Readers pass create=False: an unknown name gets an unsaved user that owns nothing.
+    """
+    if user_id is None or user_id == "":
+        return None
+    if _is_user(user_id):
+        return user_id if user_id.is_authenticated else None
+    User = get_user_model()
+    lookup = {User.USERNAME_FIELD: _valid_user_name(user_id)}
+    if not create:
+        return User.objects.db_manager(alias).filter(**lookup).first() or User(**lookup)
+    user, _ = User.objects.db_manager(alias).get_or_create(**lookup, defaults={"password": make_password(None)})
+    return user
+
+
+def _valid_user_name(user_id) -> str:
+    User = get_user_model()
+    name, longest = str(user_id), User._meta.get_field(User.USERNAME_FIELD).max_length
+    if len(name) > longest or not name.isprintable():  # else SQLite stores it and PostgreSQL refuses it
+        raise ValueError(f"A user id must be 1 to {longest} printable characters.")
+    return name
+
+
+def user_label(user) -> str | None:
+    """The user id a run reports: the username for a User, the string itself otherwise."""
+    if user is None or user == "":
+        return None
+    return user.get_username() if _is_user(user) else str(user)
+
+
+def validate_session_id(session_id) -> str:
+    session_id = str(session_id)
+    if not session_id or len(session_id) > SESSION_ID_MAX or not session_id.isprintable():
+        raise ValueError(f"A session id must be 1 to {SESSION_ID_MAX} printable characters.")
+    return session_id
+
+
+def required_session_id(session_id, default=None) -> str:
+    """The session an accessor works on: the one given, else the component's own; a clear error if neither."""
+    session_id = session_id or default
+    if not session_id:
+        raise SessionIdNotSetError()
+    return validate_session_id(session_id)
+
+
+def may_touch(owner_id: int | None, owner_name: str | None, user_ref) -> bool:
+    """Whether `user_ref` (a username, a User or None) may read or write a session of this owner."""
+    if _is_user(user_ref) and not user_ref.is_authenticated:
+        user_ref = None
+    if user_ref is None or user_ref == "":
+        return owner_id is None
+    if owner_id is None:
+        return False
+    if _is_user(user_ref):
+        return owner_id == user_ref.pk
+    return owner_name == str(user_ref)
+
+
+def check_owner(session_id: str, owner_id: int | None, owner_name: str | None, user_ref) -> None:
+    if not may_touch(owner_id, owner_name, user_ref):
+        raise SessionOwnershipError(session_id, user_label(user_ref))
+
+
+def owned_session(session_id: str, user_ref, alias: str, *, lock: bool = False,
+                  must_exist: bool = True) -> ChatSession | None:
+    """The session, if `user_ref` may touch it; SessionOwnershipError if it is someone else's.
+
+    A session that does not exist raises SessionNotFoundError (or is None with must_exist=False).
+    Blocking: call it in a database thread. `lock` takes the row lock (inside a transaction)."""
+    if user_ref not in (None, "") and not _is_user(user_ref):
+        _valid_user_name(user_ref)
+    queryset = ChatSession.objects.using(alias).filter(session_id=session_id).select_related("owner")
+    if lock:
+        queryset = queryset.select_for_update(of=("self",))
+    session = queryset.first()
+    if session is None:
+        if must_exist:
+            raise SessionNotFoundError(session_id)
+        return None
+    owner = session.owner if session.owner_id is not None else None
+    check_owner(session_id, session.owner_id, user_label(owner), user_ref)
+    return session
+
+
+def sessions_of(user_ref, alias: str):
+    """The live sessions `user_ref` may list (a username, a User or None: the ownerless ones)."""
+    user = resolve_user(user_ref, alias, create=False)
+    if user is not None and user.pk is None:
+        return ChatSession.objects.none()
+    return ChatSession.objects.using(alias).for_user(user).alive()
+
+
+def _is_user(value) -> bool:
+    return hasattr(value, "pk") and hasattr(value, "get_username")
