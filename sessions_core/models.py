@@ -146,6 +146,13 @@ class ChatSession(models.Model):
         return state
 
 
+class RunKind(models.TextChoices):
+    AGENT = "agent"
+    TEAM = "team"
+    WORKFLOW = "workflow"
+    FUNCTION = "function", "function step"
+
+
 class RunStatus(models.TextChoices):
     RUNNING = "running"
     COMPLETED = "completed"
@@ -195,7 +202,10 @@ class Run(models.Model):
     run_id = models.CharField(max_length=64, unique=True, default=new_id)
     # No index of its own: run_history_idx starts with it (every insert would update both).
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="runs", db_index=False)
-    parent_run = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    parent_run = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children",
+                                   help_text="The workflow or team run this step or member run belongs to.")
+    kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.AGENT)
+    step_name = models.CharField(max_length=200, blank=True, help_text="The workflow step or team member it ran as.")
     component_id = models.CharField(max_length=128, blank=True)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)
     input = models.TextField(blank=True)

@@ -1,4 +1,4 @@
-"""What a finished run hands back: `RunOutput` (Agno's name and fields)."""
+"""What a finished run hands back: `RunOutput`, `TeamRunOutput`, `WorkflowRunOutput` (Agno's names and fields)."""
 
 from __future__ import annotations
 
@@ -30,3 +30,36 @@ class RunOutput:
     model: str = ""
     model_provider: str = ""
     created_at: int = 0  # seconds since the epoch, as in Agno
+
+
+@dataclass
+class TeamRunOutput(RunOutput):
+    """A team's run: its own reply, and the outputs of the member runs it delegated to."""
+
+    member_responses: list[RunOutput] = field(default_factory=list)
+
+    @property
+    def team_id(self) -> str:
+        return self.agent_id
+
+    @property
+    def team_name(self) -> str:
+        return self.agent_name
+
+
+@dataclass
+class WorkflowRunOutput(RunOutput):
+    """A workflow's run: the last step's content, every step's result (nested for containers), the final state."""
+
+    step_results: list = field(default_factory=list)
+
+    @property
+    def workflow_id(self) -> str:
+        return self.agent_id
+
+    @property
+    def workflow_name(self) -> str:
+        return self.agent_name
+
+
+OUTPUT_CLASSES = {"agent": RunOutput, "team": TeamRunOutput, "workflow": WorkflowRunOutput}

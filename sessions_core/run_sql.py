@@ -74,8 +74,8 @@ def _columns(model, connection, names: tuple[str, ...], prefix: str = "") -> lis
 _MESSAGE_FIELDS = ("session", "run", "seq", "role", "content", "tool_calls", "tool_call_id", "tool_name",
                    "tool_error", "created_at")
 _HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
-_RUN_FIELDS = ("run_id", "session", "component_id", "status", "input", "content", "content_type", "error",
-               "model_id", "metrics", "history_seqs", "cancel_requested", "created_at")
+_RUN_FIELDS = ("run_id", "session", "parent_run", "kind", "step_name", "component_id", "status", "input", "content",
+               "content_type", "error", "model_id", "metrics", "history_seqs", "cancel_requested", "created_at")
 _CHANGE_FIELDS = ("session", "run", "version", "patch", "inverse", "source", "created_at")
 
 
@@ -325,13 +325,16 @@ class RunStore:
         ]
 
     def insert_run(self, *, run_id: str, session_pk: int, component_id: str, input: str, model_id: str,
-                   history_seqs: list | None, now: datetime.datetime) -> int:
-        params = self._run_params(run_id, session_pk, component_id, input, model_id, history_seqs, now)
+                   history_seqs: list | None, now: datetime.datetime, kind: str = "agent", parent_pk: int | None = None,
+                   step_name: str = "") -> int:
+        params = self._run_params(run_id, session_pk, component_id, input, model_id, history_seqs, now, kind,
+                                  parent_pk, step_name)
         return self.execute(self.sql.insert_run, params).fetchone()[0]
 
-    def _run_params(self, run_id, session_pk, component_id, input, model_id, history_seqs, now) -> tuple:
-        return (run_id, session_pk, component_id, RunStatus.RUNNING.value, input, "", "str", "", model_id,
-                self._json({}), self._json(history_seqs), False, self._datetime(now))
+    def _run_params(self, run_id, session_pk, component_id, input, model_id, history_seqs, now, kind="agent",
+                    parent_pk=None, step_name="") -> tuple:
+        return (run_id, session_pk, parent_pk, str(kind), step_name, component_id, RunStatus.RUNNING.value, input,
+                "", "str", "", model_id, self._json({}), self._json(history_seqs), False, self._datetime(now))
 
     def insert_messages(self, rows: list[tuple]) -> None:
         """Rows of (session_pk, run_pk, seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, now)."""

@@ -31,23 +31,18 @@ from . import state as state_module
 from .bridge import call_sync
 from .config import RunConfig
 from .events import (
+    RUN_EVENT_CLASSES,
     BaseRunEvent,
-    RunCancelledEvent,
-    RunCompletedEvent,
-    RunContentEvent,
-    RunErrorEvent,
-    RunStartedEvent,
     SessionSummaryCompletedEvent,
     SessionSummaryStartedEvent,
     StateChangedEvent,
-    ToolCallCompletedEvent,
-    ToolCallStartedEvent,
     ToolExecution,
 )
 from .history import ChatMessage
 from .model_api import ModelChunk, ModelError
 from .models import ChatSession, Role, Run, RunStatus
-from .outputs import RunOutput
+from .outputs import OUTPUT_CLASSES, RunOutput
+from .state_tracker import StateTracker
 from .owners import check_owner, resolve_user, user_label
 from .run_sql import RunStore, SessionRow
 from .storable import storable, storable_tree
@@ -64,8 +59,10 @@ MAX_MODEL_CALLS = 25
 __all__ = ["RunLoop", "RunOutput"]
 
 
-class _Cancelled(Exception):
-    pass
+class Cancelled(Exception):
+    """The run was asked to stop (raised inside it, at the next point where it looks)."""
+
+
 
 
 @dataclass
@@ -86,39 +83,51 @@ class _Start:
 
 
 class RunLoop:
-    """One run of a component. Create it, then iterate `events()`; the outcome ends up in `output`."""
+    """One run of a component. Create it, then iterate `events()`; the outcome ends up in `output`.
 
-    def __init__(self, config: RunConfig, input: str, *, session_id: str, user, session_state: dict | None,
-                 run_id: str | None = None):
+    A run made by `child()` is a step of a workflow run or a member run of a team run: it works inside
+    its root run (the one holding the session's lease) on the root's state, stores its own row and
+    messages, and leaves the state, its changes and the lease to the root's finish.
+    """
+
+    def __init__(self, config: RunConfig, input, *, session_id: str, user, session_state: dict | None,
+                 run_id: str | None = None, parent: RunLoop | None = None, step_name: str = "",
+                 source_prefix: str = ""):
         self.config = config
         self.alias = config.alias
         self.model = config.model
-        self.input = "" if input is None else storable(str(input))
+        self.input = "" if input is None else storable(input if isinstance(input, str) else _input_text(input))
         self.session_id = session_id
         self.user_ref = user  # a username, a User or None; resolved to a User when a session is created
         self.user_id = user_label(user)
         self.run_state = session_state
         self.run_id = str(run_id) if run_id else str(uuid.uuid4())
+        self.parent = parent
+        self.root: RunLoop = parent.root if parent is not None else self
+        self.step_name = step_name
+        self.source_prefix = source_prefix  # "step:<name>/" or "member:<name>/" on the state changes it makes
+        self.event_classes = RUN_EVENT_CLASSES.get(config.kind, RUN_EVENT_CLASSES["agent"])
         self.lease_token = secrets.token_hex(16)
         self.seq = 0
-        self.output = RunOutput(
+        self.output = OUTPUT_CLASSES.get(config.kind, RunOutput)(
             run_id=self.run_id, session_id=session_id, user_id=self.user_id, agent_id=config.component_id,
-            agent_name=config.component_name, input=self.input, model=self.model.id,
-            model_provider=self.model.provider,
+            agent_name=config.component_name, input=self.input, model=self.model.id if self.model else "",
+            model_provider=self.model.provider if self.model else "",
         )
+        self.run_pk = 0  # the run's row, once stored
+        self.tracker: StateTracker | None = None  # the root's; children share it
+        self.run_context: RunContext | None = None  # one per root run; children share it
+        self.active: set[RunLoop] = set()  # root: the runs of its tree streaming right now (for a stop)
+        self.outcome: tuple[str, str, str] = (RunStatus.COMPLETED, "", "")  # status, error, error type
         # Set by the start step (`_begin`).
         self.start = _Start()
         self.started = 0.0
         self.checkpoint_due = 0.0
         self.last_seq = 0  # the seq of the run's last message so far
         self.created_at = 0.0  # the run row's created_at, in seconds since the epoch
-        self.working: dict = {}  # the live state the tools see, injected keys included
-        self.state_text = "{}"  # the state as of the last recorded change
-        self.snapshot: dict | None = None  # the state as of state_text, once a tool is called: private to the run
         self.loop: asyncio.AbstractEventLoop | None = None
         # Set while the model streams.
         self.reader: asyncio.Task | None = None  # the task, while it waits for the model's next chunk
-        self.changes: list[tuple[list, list, str]] = []
         self.new_messages: list[ChatMessage] = []
         self.content_parts: list[str] = []
         self.current_reply: list[str] = []  # text of the model call in flight
@@ -130,18 +139,36 @@ class RunLoop:
     def _event(self, cls, **kwargs) -> BaseRunEvent:
         self.seq += 1
         return cls(run_id=self.run_id, session_id=self.session_id, agent_id=self.config.component_id,
-                   agent_name=self.config.component_name, seq=self.seq, **kwargs)
+                   agent_name=self.config.component_name, seq=self.seq,
+                   parent_run_id=self.parent.run_id if self.parent is not None else "", step_name=self.step_name,
+                   **kwargs)
+
+    def event(self, name: str, **kwargs) -> BaseRunEvent:
+        """One of this run's own events by role ("started", "content", "completed", ...), named for its kind."""
+        return self._event(self.event_classes[name], **kwargs)
+
+    def container_event(self, cls, step_name: str, **kwargs) -> BaseRunEvent:
+        """An event of a step container (Steps, Condition, ...), which has no run of its own: this run's."""
+        self.seq += 1
+        return cls(run_id=self.run_id, session_id=self.session_id, agent_id=self.config.component_id,
+                   agent_name=self.config.component_name, seq=self.seq, parent_run_id=self.run_id,
+                   step_name=step_name, **kwargs)
 
     async def events(self) -> AsyncIterator[BaseRunEvent]:
         """Every event of the run, in Agno's order. The run's outcome ends up in `self.output`."""
+        if self.parent is not None:
+            async for event in self._child_events():
+                yield event
+            return
         start = await self._acquire()
         self._begin(start)
         run_registry.register(self.run_id, self)
         # The heartbeat starts after its first interval: most runs are over before it would beat.
         heartbeat = asyncio.get_running_loop().call_later(CHECKPOINT_SECONDS, self._start_heartbeat, start.session_pk)
         try:
-            yield self._event(RunStartedEvent, model=self.model.id, model_provider=self.model.provider,
-                              input=self.input, created_at=self.created_at)
+            yield self.event("started", model=self.model.id if self.model else "",
+                             model_provider=self.model.provider if self.model else "", input=self.input,
+                             created_at=self.created_at)
             async with aclosing(self._body(start)) as body:
                 async for event in body:
                     yield event
@@ -156,36 +183,52 @@ class RunLoop:
                 self.heartbeat_task.cancel()
             run_registry.unregister(self.run_id)
 
-    async def _body(self, start: _Start) -> AsyncIterator[BaseRunEvent]:
+    async def _execute(self) -> AsyncIterator[BaseRunEvent]:
+        """What happens between start and finish (the model loop, or the config's executor: a workflow's
+        steps); how it ended goes to `self.outcome`."""
         status, error, error_type = RunStatus.COMPLETED, "", ""
+        executor = self.config.executor or RunLoop._model_loop
         try:
-            if start.state_error:
-                status, error, error_type = RunStatus.ERROR, start.state_error, "state_error"
+            if self.start.state_error:
+                status, error, error_type = RunStatus.ERROR, self.start.state_error, "state_error"
             else:
-                async with aclosing(self._model_loop()) as model_events:
-                    async for event in model_events:
+                async with aclosing(executor(self)) as executed:
+                    async for event in executed:
                         yield event
         except state_module.StateNotJSONError as exc:
             status, error, error_type = RunStatus.ERROR, str(exc), "state_error"
         except ModelError as exc:
             status, error, error_type = RunStatus.ERROR, str(exc), "model_provider_error"
-        except _Cancelled:
+        except Cancelled:
             status = RunStatus.CANCELLED
         except Exception as exc:  # a bug in a hook or in us: the run fails loudly and nothing is lost
             logger.exception("Run %s in session %s failed", self.run_id, self.session_id)
             status, error, error_type = RunStatus.ERROR, f"{type(exc).__name__}: {exc}", "internal_error"
-        await self._finish(status, error)
+        self.outcome = (status, error, error_type)
+
+    def _final_events(self, status: str, error_type: str) -> list[BaseRunEvent]:
         out = self.output
         if out.status == RunStatus.ERROR:  # the run's failure, or the database refusing its outcome
-            yield self._event(RunErrorEvent, content=out.error,
-                              error_type=error_type if status == RunStatus.ERROR else "storage_error")
-            return
+            return [self.event("error", content=out.error,
+                               error_type=error_type if status == RunStatus.ERROR else "storage_error")]
+        events = []
         if status == RunStatus.CANCELLED:
-            yield self._event(RunCancelledEvent, reason="Run cancelled", content=out.content or "")
-        yield self._event(
-            RunCompletedEvent, content=out.content, content_type=out.content_type, metrics=out.metrics,
-            session_state=out.session_state, state_version=out.state_version, status=out.status,
-        )
+            events.append(self.event("cancelled", reason="Run cancelled", content=out.content or ""))
+        extra = {"step_results": list(out.step_results)} if hasattr(out, "step_results") else {}
+        events.append(self.event(
+            "completed", content=out.content, content_type=out.content_type, metrics=out.metrics,
+            session_state=out.session_state, state_version=out.state_version, status=out.status, **extra,
+        ))
+        return events
+
+    async def _body(self, start: _Start) -> AsyncIterator[BaseRunEvent]:
+        async with aclosing(self._execute()) as executed:
+            async for event in executed:
+                yield event
+        status, error, error_type = self.outcome
+        await self._finish(status, error)
+        for event in self._final_events(status, error_type):
+            yield event
         if status == RunStatus.COMPLETED and self.config.enable_session_summaries:
             # After RunCompleted, not before it (Agno's order): the reply is never held up by the summary.
             stream_events = self.config.stream_events
@@ -199,16 +242,25 @@ class RunLoop:
         injected = {"current_session_id": self.session_id, "current_run_id": self.run_id}
         if self.user_id:
             injected = {"current_user_id": self.user_id, **injected}
+        if self.config.kind == "workflow":
+            injected.update(workflow_id=self.config.component_id, workflow_name=self.config.component_name)
         return injected
 
     # -- start ------------------------------------------------------------------------------------
 
     def _begin(self, start: _Start) -> None:
         self.start = start
+        self.run_pk = start.run_pk
         self.started = time.perf_counter()
         self.checkpoint_due = self.started + CHECKPOINT_SECONDS
-        self.working = {**start.state, **self._injected()}
-        self.state_text = start.state_text
+        self.tracker = StateTracker({**start.state, **self._injected()}, start.state_text,
+                                    start.base_version + len(start.changes))
+        config = self.config
+        self.run_context = RunContext(
+            run_id=self.run_id, session_id=self.session_id, user_id=self.user_id,
+            session_state=self.tracker.working, dependencies=dict(config.dependencies),
+            metadata=dict(config.metadata),
+        )
         self.loop = asyncio.get_running_loop()
 
     async def _acquire(self) -> _Start:
@@ -297,6 +349,93 @@ class RunLoop:
             check_owner(self.session_id, session.owner_id, session.owner_name, self.user_ref)
         return session
 
+    # -- runs inside this run: a workflow's steps, a team's members ----------------------------------
+
+    def child(self, config: RunConfig, input, *, step_name: str, source_prefix: str) -> RunLoop:
+        """A run inside this one (a step, a member): same session, user, state and lease."""
+        return RunLoop(config, input, session_id=self.session_id, user=self.user_ref, session_state=None,
+                       parent=self, step_name=step_name, source_prefix=source_prefix)
+
+    async def _child_events(self) -> AsyncIterator[BaseRunEvent]:
+        root = self.root
+        self.tracker, self.run_context, self.start = root.tracker, root.run_context, root.start
+        self.loop = asyncio.get_running_loop()
+        self.started = time.perf_counter()
+        self.checkpoint_due = self.started + CHECKPOINT_SECONDS
+        self.check_cancelled()
+        defaults_changed = await self._fill_defaults()
+        await call_sync(self._start_child_sync)
+        try:
+            yield self.event("started", model=self.model.id if self.model else "",
+                             model_provider=self.model.provider if self.model else "", input=self.input,
+                             created_at=self.created_at)
+            if defaults_changed and self.config.stream_events:
+                yield self.state_changed_event(*defaults_changed)
+            async with aclosing(self._execute()) as executed:
+                async for event in executed:
+                    yield event
+            status, error, error_type = self.outcome
+            await self._finish_child(status, error)
+            for event in self._final_events(status, error_type):
+                yield event
+        except (asyncio.CancelledError, GeneratorExit):
+            if not self.finished:
+                await asyncio.shield(self._finish_child(RunStatus.CANCELLED, ""))
+            raise
+
+    async def _fill_defaults(self) -> tuple[list, str] | None:
+        """A step agent's or member's own state defaults fill keys missing from the shared state."""
+        defaults = self.config.session_state
+        tracker = self.tracker
+        if not defaults or not state_module.fills_in(defaults, tracker.working):
+            return None
+        async with tracker.lock:
+            tracker.before_touch()
+            merged = state_module.merge_owned(state_module.to_json(defaults), tracker.working, None)
+            tracker.working.update({key: value for key, value in merged.items() if key not in tracker.working})
+            return tracker.record(self.source_prefix + "defaults", None)
+
+    def _start_child_sync(self) -> None:
+        config, root, now = self.config, self.root, timezone.now()
+        history = []
+        if config.add_history_to_context:
+            history = history_module.step_history(root.start.session_pk, self.alias, config.component_id,
+                                                  config.num_history_runs, config.num_history_messages)
+        system = prompt.system_message(config, dict(self.tracker.working), self.user_id, None)
+        first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
+        first.append(ChatMessage(role=Role.USER, content=self.input))
+        with RunStore(self.alias) as store, store.atomic():
+            self.run_pk = store.insert_run(
+                run_id=self.run_id, session_pk=root.start.session_pk, component_id=config.component_id,
+                input=self.input, model_id=self.model.id if self.model else "", now=now, kind=config.kind,
+                parent_pk=self.parent.run_pk, step_name=self.step_name[:200],
+                history_seqs=[m.seq for m in history] if config.store_history_messages else None)
+            rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, first, root.last_seq, now)
+            store.insert_messages(rows)
+        self.output.messages = first[:-1] + history + first[-1:]
+        self.created_at = now.timestamp()
+        self.output.created_at = int(self.created_at)
+
+    async def _finish_child(self, status: str, error: str) -> None:
+        """Store this run's messages and outcome; the state and its changes wait for the root's finish."""
+        self.finished = True
+        out = self.output
+        self._settle_output(status, storable(error))
+        messages = self.new_messages
+        if not self.config.store_tool_messages:
+            messages = [m for m in messages if m.role != Role.TOOL and not m.tool_calls]
+        await call_sync(self._finish_child_sync, status, out.error, messages)
+        out.session_state = json.loads(self.tracker.state_text)
+        out.state_version = self.tracker.version
+        out.messages.extend(self.new_messages)
+
+    def _finish_child_sync(self, status: str, error: str, messages: list[ChatMessage]) -> None:
+        root, now = self.root, timezone.now()
+        with RunStore(self.alias) as store, store.atomic():
+            rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, messages, root.last_seq, now)
+            store.insert_messages(rows)
+            store.finish_run(self.run_pk, state_version=None, now=now, **self._outcome(status, error))
+
     def _insert_messages(self, store: RunStore, session_pk: int, run_pk: int, messages: list[ChatMessage],
                          last_seq: int, now) -> int:
         rows, last_seq = self._message_rows(session_pk, run_pk, messages, last_seq, now)
@@ -323,14 +462,11 @@ class RunLoop:
         wire = [message.to_wire() for message in self.output.messages]
         response_format = prompt.response_format(config)
         stream_events = config.stream_events
-        run_context = RunContext(
-            run_id=self.run_id, session_id=self.session_id, user_id=self.user_id, session_state=self.working,
-            dependencies=dict(config.dependencies), metadata=dict(config.metadata),
-        )
+        run_context = self.run_context
         metrics = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}
         self.output.metrics = metrics
         for _ in range(MAX_MODEL_CALLS):
-            self._check_cancelled()
+            self.check_cancelled()
             metrics["model_calls"] += 1
             self.current_reply = reply_parts = []
             final = None
@@ -342,8 +478,8 @@ class RunLoop:
                             metrics["time_to_first_token"] = round(time.perf_counter() - self.started, 6)
                         reply_parts.append(chunk.content)
                         self.content_parts.append(chunk.content)
-                        yield self._event(RunContentEvent, content=chunk.content)
-                        self._check_cancelled()
+                        yield self.event("content", content=chunk.content)
+                        self.check_cancelled()
                         if time.perf_counter() >= self.checkpoint_due:
                             await self._checkpoint()
                     if chunk.finish_reason is not None or chunk.tool_calls or chunk.usage:
@@ -396,18 +532,38 @@ class RunLoop:
             error = None if function else f"Error: there is no tool named {call.name!r}."
         execution.tool_args = args
         if stream_events:
-            yield self._event(ToolCallStartedEvent, tool=ToolExecution(**execution.to_dict()))
+            yield self.event("tool_started", tool=ToolExecution(**execution.to_dict()))
         elapsed = timed()
-        if error is None:
-            if self.snapshot is None:  # the state before any tool touched it, to diff their changes against
-                self.snapshot = state_module.copy_tree(state_module.strip_injected(self.working))
-            try:
-                result = await call_tool(function, args, run_context, self.config.tool_owner,
-                                         list(self.config.tool_hooks))
-                execution.result = result_text(result)
-            except Exception as exc:  # a failing tool or hook is reported to the model, the run goes on
-                execution.result = storable(f"Error: {type(exc).__name__}: {exc}")
-                execution.tool_call_error = True
+        tracker = self.tracker
+        recorded, state_error = None, None
+        if error is None and function.child_runner is not None:
+            # A tool that is another run (a team's delegation to a member): its events are this run's too.
+            result = ""
+            async with aclosing(function.child_runner(self, args)) as child_events:
+                async for item in child_events:
+                    if isinstance(item, BaseRunEvent):
+                        yield item
+                    else:
+                        result = item
+            execution.result = result_text(result)
+            execution.tool_call_error = execution.result.startswith("Error:")
+        elif error is None:
+            async with tracker.lock:  # one state-touching call at a time in the whole run
+                tracker.before_touch()
+                try:
+                    result = await call_tool(function, args, run_context, self.config.tool_owner,
+                                             list(self.config.tool_hooks))
+                    execution.result = result_text(result)
+                except Exception as exc:  # a failing tool or hook is reported to the model, the run goes on
+                    execution.result = storable(f"Error: {type(exc).__name__}: {exc}")
+                    execution.tool_call_error = True
+                # A tool may rebind run_context.session_state to a new dict: that dict is the state now.
+                tracker.working = run_context.session_state
+                source = "agentic" if call.name == self.config.agentic_state_tool else f"tool:{call.name}"
+                try:
+                    recorded = tracker.record(self.source_prefix + source, self.run_pk)
+                except state_module.StateNotJSONError as exc:  # the run fails, once the call is on record
+                    state_error = exc
         else:
             execution.result, execution.tool_call_error = error, True
         execution.metrics = {"duration": elapsed()}
@@ -415,63 +571,59 @@ class RunLoop:
                                              tool_name=call.name, tool_error=execution.tool_call_error))
         wire.append(self.new_messages[-1].to_wire())
         if stream_events:
-            yield self._event(ToolCallCompletedEvent, tool=ToolExecution(**execution.to_dict()),
-                              content=f"{call.name}() completed in {execution.metrics['duration']:.4f}s.")
-        # A tool may rebind run_context.session_state to a new dict: that dict is the state now.
-        self.working = run_context.session_state
-        # Compared as JSON text (in C), diffed only when it changed.
-        live = state_module.strip_injected(self.working)
-        after_text = state_module.dumps(live)  # raises on a non-JSON value
-        patch = None
-        if after_text != self.state_text:
-            if self.snapshot is None:  # not expected (a called tool takes the snapshot), but cheap to be sure of
-                self.snapshot = json.loads(self.state_text)
-            # Usually straight from the tools' own dicts, without parsing what they left.
-            diffed = state_module.diff_onto(self.snapshot, live)  # the patches copy what they hold
-            if diffed is None:  # they hold values whose JSON form differs (a tuple, a datetime): parse it
-                after = json.loads(after_text)
-                diffed = state_module.diff(self.snapshot, after)
-                self.snapshot = after
-            patch, inverse = diffed
-            self.state_text = after_text
-        if patch:
-            source = "agentic" if call.name == self.config.agentic_state_tool else f"tool:{call.name}"
-            self.changes.append((patch, inverse, source))
-            if stream_events:
-                version = self.start.base_version + len(self.start.changes) + len(self.changes)
-                yield self._event(StateChangedEvent, patch=patch, changed_keys=state_module.changed_keys(patch),
-                                  session_state=json.loads(after_text), source=source, state_version=version)
+            yield self.event("tool_completed", tool=ToolExecution(**execution.to_dict()),
+                             content=f"{call.name}() completed in {execution.metrics['duration']:.4f}s.")
+        if state_error is not None:
+            raise state_error
+        if recorded and stream_events:
+            yield self.state_changed_event(*recorded)
+
+    def state_changed_event(self, patch: list, state_text: str) -> BaseRunEvent:
+        """StateChanged for the change just recorded (the tracker's last)."""
+        source = self.tracker.changes[-1][2]
+        return self._event(StateChangedEvent, patch=patch, changed_keys=state_module.changed_keys(patch),
+                           session_state=json.loads(state_text), source=source, state_version=self.tracker.version)
 
     async def _next_chunk(self, stream) -> ModelChunk | None:
         """The model's next chunk (None at the end). A stop asked in this process meanwhile interrupts the wait."""
-        self._check_cancelled()  # a stop that came while the run was busy elsewhere (a checkpoint)
+        self.check_cancelled()  # a stop that came while the run was busy elsewhere (a checkpoint)
         task = self.reader = asyncio.current_task()
+        self.root.active.add(self)
         try:
             return await anext(stream)
         except StopAsyncIteration:
             return None
         except asyncio.CancelledError:
-            if run_registry.stop_requested(self.run_id) and task.uncancel() == 0:  # our interrupt, not a real cancel
-                raise _Cancelled() from None
+            if self.stop_requested() and task.uncancel() == 0:  # our interrupt, not a real cancel
+                raise Cancelled() from None
             raise
         finally:
             self.reader = None
+            self.root.active.discard(self)
 
     def interrupt(self) -> None:
-        """From any thread: stop waiting for the model now (a stop was requested)."""
+        """From any thread: stop waiting for the model now (a stop was requested), here and in every run
+        of this run's tree that is streaming (a workflow's steps, a team's members)."""
 
-        def cancel_read():
-            if self.reader is not None:
-                self.reader.cancel()
+        def cancel_reads():
+            for run in {self, *self.active}:
+                if run.reader is not None:
+                    run.reader.cancel()
 
         try:
-            self.loop.call_soon_threadsafe(cancel_read)
+            self.loop.call_soon_threadsafe(cancel_reads)
         except RuntimeError:  # the loop has closed: the run is over
             pass
 
-    def _check_cancelled(self) -> None:
-        if run_registry.stop_requested(self.run_id):
-            raise _Cancelled()
+    def stop_requested(self) -> bool:
+        """A stop was asked of this run or of its root run."""
+        return run_registry.stop_requested(self.run_id) or (
+            self.root is not self and run_registry.stop_requested(self.root.run_id))
+
+    def check_cancelled(self) -> None:
+        if self.stop_requested():
+            raise Cancelled()
+
 
     async def _checkpoint(self) -> None:
         """Save the text so far and hear about a stop requested from another process."""
@@ -479,12 +631,11 @@ class RunLoop:
         partial = "".join(self.content_parts)
 
         def save() -> bool:
-            runs = Run.objects.using(self.alias).filter(pk=self.start.run_pk)
-            runs.update(content=partial)
-            return runs.filter(cancel_requested=True).exists()
+            Run.objects.using(self.alias).filter(pk=self.run_pk).update(content=partial)
+            return Run.objects.using(self.alias).filter(pk=self.root.run_pk, cancel_requested=True).exists()
 
         if await call_sync(save):
-            raise _Cancelled()
+            raise Cancelled()
 
     async def _heartbeat(self, session_pk: int) -> None:
         """Every second: hear about a stop asked from another process (even while waiting for the
@@ -517,15 +668,7 @@ class RunLoop:
         self.finished = True
         out = self.output
         error = storable(error)
-        out.status, out.error = status, error
-        partial = "".join(self.current_reply)
-        if partial:  # the reply of a model call that was stopped or failed part-way
-            self.new_messages.append(ChatMessage(role=Role.ASSISTANT, content=partial))
-        if status == RunStatus.CANCELLED:
-            out.content = "".join(self.content_parts) or f"Run {self.run_id} was cancelled"
-        elif status == RunStatus.ERROR:
-            out.content = error
-        out.metrics["duration"] = round(time.perf_counter() - self.started, 6)
+        self._settle_output(status, error)
         keep_state = status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
         messages = self.new_messages
         if not self.config.store_tool_messages:
@@ -544,6 +687,19 @@ class RunLoop:
         out.messages.extend(self.new_messages)
         run_registry.notify_lease_released(self.start.session_pk)
 
+    def _settle_output(self, status: str, error: str) -> None:
+        """The output's status, error and content as the run ends; a reply cut off part-way is kept."""
+        out = self.output
+        out.status, out.error = status, error
+        partial = "".join(self.current_reply)
+        if partial:  # the reply of a model call that was stopped or failed part-way
+            self.new_messages.append(ChatMessage(role=Role.ASSISTANT, content=partial))
+        if status == RunStatus.CANCELLED:
+            out.content = "".join(self.content_parts) or f"Run {self.run_id} was cancelled"
+        elif status == RunStatus.ERROR:
+            out.content = error
+        out.metrics["duration"] = round(time.perf_counter() - self.started, 6)
+
     def _finish_failed(self, error: str) -> None:
         """The run failed to store its outcome: mark it failed and release the lease (its replies are lost)."""
         now = timezone.now()
@@ -557,7 +713,8 @@ class RunLoop:
         """Store the outcome. A failed run keeps the state as it was; otherwise the state as of the
         run's last recorded change is stored (written only if it changed)."""
         now, alias = timezone.now(), self.alias
-        changes = list(self.start.changes) + self.changes if keep_state else []
+        tracker = self.tracker
+        changes = [(*change, None) for change in self.start.changes] + tracker.changes if keep_state else []
         with RunStore(alias) as store:
             # The usual case, written at once: this run still holds the lease (so it knows last_seq) and
             # nobody changed the state meanwhile (so its changes apply as they are).
@@ -567,13 +724,13 @@ class RunLoop:
                                                             self.last_seq, now)
                 if store.finish(
                     session_pk=self.start.session_pk, token=self.lease_token, base_version=self.start.base_version,
-                    last_seq=last_seq, state_text=self.state_text if changes else None, state_version=version,
+                    last_seq=last_seq, state_text=tracker.state_text if changes else None, state_version=version,
                     changes=self._change_rows(changes, self.start.base_version, now), messages=message_rows,
                     run_pk=self.start.run_pk, now=now, **self._outcome(status, error),
                 ):
-                    if changes and self.snapshot is not None:
-                        return self.snapshot, version  # the run is over: the caller may have it
-                    return json.loads(self.state_text if changes else self.start.base_text), version
+                    if changes and tracker.snapshot is not None:
+                        return tracker.snapshot, version  # the run is over: the caller may have it
+                    return json.loads(tracker.state_text if changes else self.start.base_text), version
             # The lease was lost or the state was edited during the run: merge with the ORM.
             with transaction.atomic(using=alias):
                 state, version, changes, last_seq = self._finish_contended(keep_state, changes, messages, now)
@@ -590,17 +747,19 @@ class RunLoop:
             # Someone changed the state during the run (a manual edit): replay our changes on theirs.
             state, changes = self._rebase(session.session_state, changes)
             version += len(changes)
+        last_seq = max(session.last_seq, self.last_seq)  # a workflow's steps have stored messages of their own
         fields = {"session_state": state, "state_version": version, "last_activity_at": now,
-                  "last_seq": session.last_seq + len(messages)}
+                  "last_seq": last_seq + len(messages)}
         if session.lease_token == self.lease_token:
             fields.update(lease_token="", lease_expires_at=None)
         ChatSession.objects.using(self.alias).filter(pk=session.pk).update(**fields)
-        return state, version, changes, session.last_seq
+        return state, version, changes, last_seq
 
     def _change_rows(self, changes: list, first_version: int, now) -> list[tuple]:
+        """StateChange rows: each names the run that made it (a step's or a member's), else this run."""
         session_pk, run_pk = self.start.session_pk, self.start.run_pk
-        return [(session_pk, run_pk, first_version + number, patch, inverse, source, now)
-                for number, (patch, inverse, source) in enumerate(changes, start=1)]
+        return [(session_pk, change_run or run_pk, first_version + number, patch, inverse, source, now)
+                for number, (patch, inverse, source, change_run) in enumerate(changes, start=1)]
 
     def _outcome(self, status, error) -> dict:
         content = self.output.content
@@ -614,13 +773,23 @@ class RunLoop:
         """Replay `changes` on `current`: the final state, and the changes as they apply to it (each
         diffed again, so its inverse patch undoes exactly that step and state_at() stays exact)."""
         state, rebased = current, []
-        for patch, _inverse, source in changes:
+        for patch, _inverse, source, run_pk in changes:
             try:
                 after = state_module.apply_patch(state, patch)
             except Exception:  # jsonpatch conflicts: the later writer's value for those keys stands
                 logger.warning("State change from %s no longer applies after a concurrent edit", source)
                 continue
             if after != state:
-                rebased.append((*state_module.diff(state, after), source))
+                rebased.append((*state_module.diff(state, after), source, run_pk))
                 state = after
         return state, rebased
+
+
+def _input_text(value) -> str:
+    """A step's input that is not text (a model's structured output, a dict): as JSON."""
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump_json()
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)

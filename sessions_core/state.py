@@ -20,7 +20,8 @@ import orjson
 from .storable import is_storable, storable_json, without_escaped_nul
 
 # Visible to tools, hooks, templates and the state block during a run; never persisted or returned.
-INJECTED_KEYS = ("current_user_id", "current_session_id", "current_run_id")
+# (A workflow run adds the workflow's id and name.)
+INJECTED_KEYS = ("current_user_id", "current_session_id", "current_run_id", "workflow_id", "workflow_name")
 
 
 class StateNotJSONError(ValueError):

@@ -47,6 +47,9 @@ class Function:
     parameters: dict
     entrypoint: Callable
     injected: tuple[str, ...] = ()
+    # A tool that is a run of its own (a team's delegation to a member): an async generator function of
+    # (the calling RunLoop, the arguments) yielding that run's events, then the tool's result.
+    child_runner: Callable | None = None
 
     @classmethod
     def from_callable(cls, fn: Callable, name: str | None = None, description: str | None = None) -> Function:

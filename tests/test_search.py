@@ -377,7 +377,7 @@ class TestMigration(TransactionTestCase):
             call_command("migrate", "sessions_core", "0001", verbosity=0)
             assert self.search_objects() == set()
             alice = make_user("alice")
-            make_run(make_session(alice, name="Written before the index"), "platypus", None)
+            make_run_at("0001", make_session(alice, name="Written before the index"), "platypus")
         finally:  # every app: going back unapplied the migrations that depend on these (chatapp's)
             call_command("migrate", verbosity=0)
         assert self.search_objects() == expected
@@ -411,7 +411,7 @@ class TestMigration(TransactionTestCase):
                     "message_search_vector_idx", "session_name_trgm_idx", "search_vector"}
             assert indexed_ids() == {emu.pk, waiting.pk}
             assert_index_is_exact()
-            at_0004 = make_run(session, "a wombat while the insert trigger is back", None).messages.get()
+            at_0004 = make_run_at("0004", session, "a wombat while the insert trigger is back")
             assert at_0004.pk in indexed_ids()  # indexed as it was written, no search needed
             if not LAZY_INDEX:  # search works at 0004 (on SQLite it would look for 0005's mark table)
                 assert [hit.message_id for hit in search_sessions(alice, "wombat").message_hits] == [at_0004.pk]
@@ -432,6 +432,23 @@ class TestMigration(TransactionTestCase):
         for word, message in [("platypus", waiting), ("wombat", at_0004), ("quoll", later)]:
             assert [hit.message_id for hit in search_sessions(alice, word).message_hits] == [message.pk]
         assert_index_is_exact()
+
+
+def make_run_at(migration: str, session, user_text: str) -> Message:
+    """make_run(session, user_text, None) with the models as they were at `migration` (later columns absent)."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    loader = MigrationExecutor(connection).loader
+    node = next(key for key in loader.graph.nodes if key[0] == "sessions_core" and key[1].startswith(migration))
+    apps = loader.project_state(node).apps
+    run = apps.get_model("sessions_core", "Run").objects.create(session_id=session.pk, status="completed",
+                                                                input=user_text, finished_at=timezone.now())
+    session.refresh_from_db(fields=["last_seq"])
+    message = apps.get_model("sessions_core", "Message").objects.create(
+        session_id=session.pk, run_id=run.pk, seq=session.last_seq + 1, role="user", content=user_text)
+    session.last_seq += 1
+    ChatSession.objects.filter(pk=session.pk).update(last_seq=session.last_seq)
+    return Message.objects.get(pk=message.pk)
 
 
 # -- When messages are indexed ------------------------------------------------------------------------
