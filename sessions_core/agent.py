@@ -40,6 +40,7 @@ class Agent(Component):
         model: Model | None = None,
         *,
         id: str | None = None,
+        role: str | None = None,
         description: str | None = None,
         instructions: str | list[str] | Callable[[], Any] | None = None,
         system_message: str | None = None,
@@ -74,7 +75,8 @@ class Agent(Component):
     ):
         self.name = name
         self.model = model
-        self.id = id or (_slug(name) if name else "") or "agent"
+        self.id = id or (_slug(name) if name else "") or self.kind
+        self.role = role  # what the agent does as a team member (the team's model reads it)
         self.description = description
         self.instructions = instructions
         self.system_message = system_message
@@ -118,7 +120,7 @@ class Agent(Component):
         self._functions: dict[str, Function] | None = None
 
     def __repr__(self) -> str:
-        return f"<Agent {self.id}>"
+        return f"<{type(self).__name__} {self.id}>"
 
     def resolved_model(self) -> Model:
         if self.model is None:

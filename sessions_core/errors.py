@@ -21,3 +21,11 @@ class SessionOwnershipError(SessionError):
         self.user_id = user_id
         who = f"user {user_id!r}" if user_id else "an anonymous caller"
         super().__init__(f"Session {session_id!r} does not belong to {who}; nothing was read or written.")
+
+
+class Cancelled(Exception):
+    """A run was asked to stop (raised inside it, at the next point where it looks)."""
+
+
+class RunFailed(Exception):
+    """A run failed for the reason its message gives (a workflow step, a function step's own failure)."""

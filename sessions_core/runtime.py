@@ -30,6 +30,7 @@ from . import run_registry
 from . import state as state_module
 from .bridge import call_sync
 from .config import RunConfig
+from .errors import Cancelled, RunFailed
 from .events import (
     RUN_EVENT_CLASSES,
     BaseRunEvent,
@@ -57,10 +58,6 @@ CHECKPOINT_SECONDS = 1.0
 MAX_MODEL_CALLS = 25
 
 __all__ = ["RunLoop", "RunOutput"]
-
-
-class Cancelled(Exception):
-    """The run was asked to stop (raised inside it, at the next point where it looks)."""
 
 
 
@@ -119,6 +116,9 @@ class RunLoop:
         self.run_context: RunContext | None = None  # one per root run; children share it
         self.active: set[RunLoop] = set()  # root: the runs of its tree streaming right now (for a stop)
         self.outcome: tuple[str, str, str] = (RunStatus.COMPLETED, "", "")  # status, error, error type
+        self.step_output = None  # a function step's StepOutput
+        self.raw_input = input  # as given (a workflow's steps see it unchanged: text, a dict, a model)
+        self.additional_data: dict | None = None  # a workflow run's, for its steps
         # Set by the start step (`_begin`).
         self.start = _Start()
         self.started = 0.0
@@ -199,6 +199,8 @@ class RunLoop:
             status, error, error_type = RunStatus.ERROR, str(exc), "state_error"
         except ModelError as exc:
             status, error, error_type = RunStatus.ERROR, str(exc), "model_provider_error"
+        except RunFailed as exc:
+            status, error, error_type = RunStatus.ERROR, str(exc), "run_failed"
         except Cancelled:
             status = RunStatus.CANCELLED
         except Exception as exc:  # a bug in a hook or in us: the run fails loudly and nothing is lost
@@ -316,7 +318,8 @@ class RunLoop:
         rows, self.last_seq = self._message_rows(session.pk, None, first, session.last_seq, now)  # run: filled in
         start.run_pk = store.start_run(
             run={"run_id": self.run_id, "session_pk": session.pk, "component_id": config.component_id,
-                 "input": self.input, "model_id": self.model.id, "now": now,
+                 "input": self.input, "model_id": self.model.id if self.model else "", "now": now,
+                 "kind": config.kind,
                  "history_seqs": [m.seq for m in start.history] if config.store_history_messages else None},
             messages=rows,
             lease=(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq),

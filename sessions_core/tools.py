@@ -167,7 +167,8 @@ async def call_tool(function: Function, args: dict, run_context: RunContext, age
     """Call `function` through `hooks` (the first is outermost). A hook that does not call its
     `function_call` short-circuits the tool; whatever it returns is the result. Keyword arguments a
     hook passes on replace the arguments (Agno ignores them; we honour them)."""
-    injected = {"run_context": run_context, "agent": agent, "team": None}
+    is_team = getattr(agent, "kind", None) == "team"  # a team's own tools get it as `team`
+    injected = {"run_context": run_context, "agent": None if is_team else agent, "team": agent if is_team else None}
 
     def tool_kwargs(call_args: dict) -> dict:
         kwargs = {key: value for key, value in call_args.items() if key not in INJECTED_PARAMS}

@@ -1,0 +1,105 @@
+"""The Team: a coordinating model that delegates tasks to member agents, all on one session state.
+
+A Team has an Agent's session options (state, history, summaries, accessors, events) and runs on
+the same run loop; what it adds is its members and one tool, `delegate_task_to_member(member_id,
+task)`, whose call is a member run inside the team's run: a `Run` row under the team's, with its
+own messages, working on the team's state dict itself (not a copy merged back, so a member's
+deletions stay deleted). The member's reply is the tool's result. A Team also runs as a workflow step.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import replace
+
+from .agent import Agent
+from .config import RunConfig
+from .errors import Cancelled
+from .models import RunStatus
+from .tools import Function, collect_functions
+
+__all__ = ["Team"]
+
+DELEGATE_TOOL = "delegate_task_to_member"
+
+
+def delegate_task_to_member(member_id: str, task: str) -> str:
+    """Hand a task to one member of your team and get the member's reply back.
+
+    Args:
+        member_id: The id of the member, as listed in <team_members>.
+        task: What the member should do, in full: the member sees only this.
+    """
+    raise RuntimeError("run by the team's run loop")  # pragma: no cover - replaced by the child run
+
+
+class Team(Agent):
+    kind = "team"
+
+    def __init__(self, members: list | None = None, name: str | None = None, model=None, **options):
+        super().__init__(name=name, model=model, **options)
+        self.members = list(members or [])
+        ids = [member.id for member in self.members]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"Two members of team {self.id!r} have the same id: give them distinct names or ids.")
+
+    def member(self, member_id: str):
+        """The member named by `member_id`: its id, or its name in any case."""
+        wanted = _slug(str(member_id))
+        for member in self.members:
+            if wanted in (member.id, _slug(member.name or "")):
+                return member
+        return None
+
+    def functions(self) -> dict[str, Function]:
+        if self._functions is None:
+            functions = dict(super().functions())
+            if DELEGATE_TOOL in functions:
+                raise ValueError(f"{DELEGATE_TOOL!r} is the team's own tool; name yours differently.")
+            delegate = replace(Function.from_callable(delegate_task_to_member), child_runner=self._delegate)
+            self._functions = {**functions, **collect_functions([delegate])}
+        return self._functions
+
+    def base_config(self) -> RunConfig:
+        config = super().base_config()
+        roster = "\n".join(
+            f"- member_id: {member.id} | name: {member.name or member.id}"
+            + (f" | role: {member.role}" if getattr(member, "role", None) else "")
+            for member in self.members)
+        block = (f"You lead a team. Delegate work to its members with {DELEGATE_TOOL}(member_id, task); "
+                 f"their replies come back to you.\n<team_members>\n{roster}\n</team_members>")
+        return replace(config, description="\n\n".join(part for part in (self.description, block) if part))
+
+    async def _delegate(self, loop, args: dict) -> AsyncIterator:
+        """The member run of one delegation, inside the team's run; ends with the tool's result."""
+        member_id, task = args.get("member_id"), args.get("task")
+        member = self.member(member_id) if member_id else None
+        if member is None:
+            known = ", ".join(member.id for member in self.members)
+            yield f"Error: there is no member {member_id!r} in this team (members: {known})."
+            return
+        if not isinstance(task, str) or not task.strip():
+            yield "Error: the task is empty."
+            return
+        config = replace(member.base_config(), alias=loop.alias, stream_events=loop.config.stream_events,
+                         dependencies={**loop.config.dependencies, **member.dependencies})
+        name = member.name or member.id
+        child = loop.child(config, task, step_name=name, source_prefix=f"member:{name}/")
+        async with aclosing(child.events()) as events:
+            async for event in events:
+                yield event
+        output = child.output
+        if hasattr(loop.output, "member_responses"):
+            loop.output.member_responses.append(output)
+        if output.status == RunStatus.CANCELLED:
+            raise Cancelled()
+        if output.status != RunStatus.COMPLETED:
+            yield f"Error: {name} failed: {output.error}"
+            return
+        yield output.content
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")

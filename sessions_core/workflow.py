@@ -1,0 +1,151 @@
+"""The Workflow: steps of agents, teams and functions that share one session state, on the one run loop.
+
+A workflow run is a run like an agent's: it takes the session's lease, merges the state
+(defaults < stored < run-supplied), and its finish stores the state, every state change and the
+statuses at once. What differs is its executor: instead of calling a model it walks its steps
+(`steps.py`), each a run of its own inside the workflow run. Its chat history is its runs' input
+and final content, which is what `get_chat_history()` and `add_workflow_history_to_steps` read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+from . import state as state_module
+from .bridge import call_sync
+from .component import Component
+from .config import RunConfig
+from .history import ChatMessage
+from .models import Role, Run, RunStatus
+from .runtime import RunLoop
+from .steps import StepContext, StepInput, StepOutput, as_steps, content_text, deepest_content, run_sequence
+
+__all__ = ["Workflow"]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+class Workflow(Component):
+    kind = "workflow"
+    run_options = {"additional_data": "additional_data", "dependencies": "dependencies", "metadata": "metadata",
+                   "add_session_state_to_context": "add_session_state_to_context"}
+
+    def __init__(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        steps=None,
+        *,
+        id: str | None = None,
+        session_state: dict | None = None,
+        overwrite_db_session_state: bool = False,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        db=None,
+        cache_session: bool = False,
+        add_workflow_history_to_steps: bool = False,
+        num_history_runs: int = 3,
+        stream: bool | None = None,
+        stream_events: bool = False,
+        stream_executor_events: bool = True,
+        metadata: dict | None = None,
+        dependencies: dict | None = None,
+        add_session_state_to_context: bool | None = None,
+    ):
+        self.name = name
+        self.description = description
+        self.id = id or (_slug(name) if name else "") or "workflow"
+        self.steps = as_steps(steps)
+        self.session_state = state_module.to_json(session_state or {})
+        self.overwrite_db_session_state = overwrite_db_session_state
+        self.session_id = session_id
+        self.user_id = user_id
+        self.db = db
+        # Accepted for Agno compatibility: every run reads the session from the database.
+        self.cache_session = cache_session
+        self.add_workflow_history_to_steps = add_workflow_history_to_steps
+        self.num_history_runs = num_history_runs
+        self.stream = stream
+        self.stream_events = stream_events
+        self.stream_executor_events = stream_executor_events
+        self.metadata = metadata or {}
+        self.dependencies = dependencies or {}
+        self.add_session_state_to_context = add_session_state_to_context
+
+    def __repr__(self) -> str:
+        return f"<Workflow {self.id}>"
+
+    def base_config(self) -> RunConfig:
+        return RunConfig(
+            component_id=self.id, component_name=self.name or "", kind=self.kind, alias=self.db_alias,
+            system_message="",  # a workflow sends no prompt of its own; its steps do
+            session_state=self.session_state, overwrite_db_session_state=self.overwrite_db_session_state,
+            dependencies=self.dependencies, metadata=self.metadata, session_metadata=self.metadata,
+            add_session_state_to_context=bool(self.add_session_state_to_context),
+            executor=self._execute,
+        )
+
+    def _loop(self, input, session_id, user_id, session_state, run_id, stream_events, options):
+        # additional_data is no option of the loop's: it reaches the steps in their StepInput.
+        options = dict(options)
+        additional_data = options.pop("additional_data", None)
+        loop = super()._loop(input, session_id, user_id, session_state, run_id, stream_events, options)
+        loop.additional_data = additional_data
+        return loop
+
+    def _make_loop(self, config: RunConfig, input, *, session_id, user, session_state, run_id) -> RunLoop:
+        return RunLoop(config, input, session_id=session_id, user=user, session_state=session_state, run_id=run_id)
+
+    async def _execute(self, loop: RunLoop) -> AsyncIterator:
+        """The workflow run's executor: its steps, in order; the last one's content is the run's."""
+        history = await call_sync(_workflow_history, loop, self.num_history_runs) if self._wants_history() else []
+        context = StepContext(
+            loop=loop, stream_executor_events=self.stream_executor_events,
+            add_workflow_history=self.add_workflow_history_to_steps, num_history_runs=self.num_history_runs,
+            dependencies=dict(loop.config.dependencies), metadata=dict(loop.config.metadata),
+            add_session_state_to_context=self.add_session_state_to_context,
+        )
+        step_input = StepInput(input=loop.raw_input, additional_data=loop.additional_data,
+                               workflow_history=history)
+        outputs: list[StepOutput] = []
+        async for item in run_sequence(self.steps, context, step_input, outputs):
+            yield item
+        loop.output.step_results = outputs
+        content = deepest_content(outputs[-1]) if outputs else None
+        loop.output.content = content
+        if content is not None and not isinstance(content, str):
+            loop.output.content_type = type(content).__name__
+        loop.new_messages.append(ChatMessage(role=Role.ASSISTANT, content=content_text(content)))
+
+    def _wants_history(self) -> bool:
+        return self.add_workflow_history_to_steps or any(
+            getattr(step, "add_workflow_history", None) for step in _all_steps(self.steps))
+
+    async def _agenerate_name(self, session_id, user_id) -> tuple[str, bool]:
+        """No model call (Agno's rule): the description's first 40 characters and the session's creation
+        time, or "Workflow Session-<time>"; a session that does not exist is SessionNotFoundError."""
+        session = await call_sync(self._owned, session_id, user_id)
+        stamp = session.created_at.strftime("%Y-%m-%d %H:%M")
+        if self.description:
+            return f"{self.description[:40]}- - {stamp}", True
+        return f"Workflow Session-{stamp}", True
+
+
+def _all_steps(steps) -> list:
+    found = []
+    for step in steps:
+        found.append(step)
+        for attribute in ("steps", "else_steps", "choices"):
+            found += _all_steps(getattr(step, attribute, None) or [])
+    return found
+
+
+def _workflow_history(loop: RunLoop, num_runs: int) -> list[tuple[str, str]]:
+    """(input, content) of the session's last `num_runs` completed workflow runs, oldest first: one query."""
+    runs = (Run.objects.using(loop.alias)
+            .filter(session_id=loop.start.session_pk, parent_run__isnull=True, status=RunStatus.COMPLETED)
+            .exclude(pk=loop.run_pk).order_by("-id").values_list("input", "content")[: max(num_runs, 0)])
+    return list(reversed(list(runs)))
