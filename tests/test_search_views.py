@@ -1,4 +1,4 @@
-"""chatapp.search_views.search_hx: the sidebar search results fragment."""
+"""chatapp.views.search.search_hx: the sidebar search results fragment."""
 
 import re
 
