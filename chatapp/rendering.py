@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from html import escape
 
 import nh3
 from django.db.models import Prefetch
@@ -46,13 +45,9 @@ def _highlight(code: str, language: str, _attrs) -> str:
         lexer = get_lexer_by_name(language) if language else None
     except ClassNotFound:
         lexer = None
-    body = highlight(code, lexer, _FORMATTER) if lexer else escape(code)
-    label = f'<span class="code-lang">{escape(language)}</span>' if language else ""
-    return (
-        f'<div class="codeblock"><div class="codeblock-bar">{label}'
-        '<button type="button" class="copy-code">Copy</button></div>'
-        f'<pre class="highlight"><code>{body}</code></pre></div>'
-    )
+    # Pygments escapes the code it wraps in spans; without a lexer the template escapes it.
+    body = mark_safe(highlight(code, lexer, _FORMATTER)) if lexer else code  # noqa: S308
+    return render_to_string("chatapp/_codeblock.html", {"language": language, "body": body})
 
 
 # html=False: raw HTML in the text is shown as text, never passed through; nh3 below is the second line.
