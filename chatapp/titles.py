@@ -18,7 +18,7 @@ from sessions_core.models import ChatSession, NameSource
 from . import assistants
 from .broadcast import push_session_row
 
-logger = logging.getLogger("chatapp.live")
+logger = logging.getLogger("chatapp.titles")
 
 FALLBACK_TITLE_CHARS = 40
 jobs: set[asyncio.Task] = set()  # title jobs: kept referenced until they finish
