@@ -1,15 +1,17 @@
 """Push HTML to every socket of a user or of a session through the channel layer.
 
 The consumer forwards `chat.html` payloads to the browser as they are (htmx out-of-band swaps), so
-what a view or a run task sends here is what every open tab swaps in. Views are sync and use
-`broadcast_to_user` / `broadcast_to_session`; async code (the run tasks) uses the `a…` twins.
+what a view or a run task sends here is what every open tab swaps in. Sync views use
+`broadcast_to_user` / `broadcast_to_session`; async code (the run tasks, titles) uses
+`abroadcast_to_user`, `asend_to_session` and `push_session_row`.
 """
 
-import re
-from html import escape
-
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
+
+from sessions_core.models import ChatSession
+
+from . import rendering
 
 
 def user_group(user_id: int) -> str:
@@ -37,27 +39,20 @@ async def abroadcast_to_user(user_id: int, html: str) -> None:
     await get_channel_layer().group_send(user_group(user_id), {"type": "chat.html", "html": html})
 
 
-async def abroadcast_to_session(session_pk: int, html: str) -> None:
-    await get_channel_layer().group_send(session_group(session_pk), {"type": "chat.html", "html": html})
-
-
 async def asend_to_session(session_pk: int, event_type: str, **payload) -> None:
     """A typed layer event (`chat.tokens`, `chat.run`, ...) to every socket of a session."""
     await get_channel_layer().group_send(session_group(session_pk), {"type": event_type, **payload})
 
 
-_FIRST_TAG = re.compile(r"^\s*<([A-Za-z][\w-]*)")
+def _session_row(session_pk: int, owner_pk: int | None, to_top: bool) -> str:
+    """The session's sidebar row, replaced in place or moved to the top of its group."""
+    session = ChatSession.objects.for_user(owner_pk).get(pk=session_pk)
+    if to_top:
+        return rendering.render_session_item_to_top(session)
+    return rendering.render_session_item(session, oob="true")
 
 
-def oob(html: str, swap: str = "true") -> str:
-    """`html` with `hx-swap-oob="<swap>"` on its first element (a fragment replacing itself by id)."""
-    html = str(html)
-    match = _FIRST_TAG.match(html)
-    if match is None:
-        raise ValueError("oob() needs HTML that starts with an element")
-    return f'{html[:match.end()]} hx-swap-oob="{escape(swap)}"{html[match.end():]}'
-
-
-def oob_wrap(html: str, swap: str) -> str:
-    """`html` inside a wrapper whose children are swapped in, e.g. swap="beforeend:#transcript"."""
-    return f'<div hx-swap-oob="{escape(swap)}">{html}</div>'
+async def push_session_row(session_pk: int, owner_pk: int | None, to_top: bool = False) -> None:
+    """The session's sidebar row, re-rendered, to every tab of its owner."""
+    if owner_pk is not None:
+        await abroadcast_to_user(owner_pk, await sync_to_async(_session_row)(session_pk, owner_pk, to_top))

@@ -48,30 +48,30 @@ Catch-up
     `reconnect=1` re-sends the state panel and the queue.
 
 Layer events handled (type -> method): chat.html {html} (forwarded as is), chat.tokens {run_id,
-start, text} (escaped here; cut by the catch-up offset), chat.run_done {run_id, html},
-chat.sync_reply {run_id, html, text_len} (the answer to this socket's chat.sync_request).
+start, text} (escaped; cut by the catch-up offset), chat.run_done {run_id, html}, chat.sync_reply
+{run_id, html, text_len} (the answer to this socket's chat.sync_request). The socket's half of the
+catch-up (offsets, the request to another process, watching its lease) is `live.Follower`; this
+module parses frames and dispatches.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
-from urllib.parse import parse_qs
 
 from channels.db import aclose_old_connections
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from sessions_core.models import ChatSession, Run, RunStatus
+from sessions_core.models import ChatSession
 from sessions_core.storable import storable
 
-from . import live
-from .broadcast import session_group, sync_group, user_group
+from . import live, titles
+from .broadcast import session_group, user_group
+from .live import ID_MAX
+from .rendering import render_status
 
-ID_MAX = 64
-SYNC_WAIT_SECONDS = 3.0
 FRAME_TYPES = ("send", "stop", "retry", "regenerate_title")
 
 
@@ -129,6 +129,7 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame
 
 class SessionConsumer(AsyncWebsocketConsumer):
     session: ChatSession | None = None
+    follower: live.Follower | None = None
 
     async def connect(self):
         user = self.scope.get("user")
@@ -142,148 +143,55 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         self.user = await get_user_model().objects.aget(pk=user.pk)  # a plain User for the run tasks
         self.session = session
-        self.offsets: dict[str, int] = {}  # run id -> characters of its reply this socket has
-        self.waiting_sync: str | None = None  # run id whose text another process was asked for
-        self.held: list[dict] = []  # chat.tokens received while waiting for that text
-        self.watcher: asyncio.Task | None = None  # watches the lease of a run in another process...
-        self.watched = ""  # ...this one
+        self.follower = live.Follower(session, self.channel_name, self._send_html)
         self.joined = [session_group(session.pk), user_group(user.pk)]
         for group in self.joined:
             await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
-        await self._catch_up()
+        await self.follower.catch_up(self.scope.get("query_string", b""))
 
     async def disconnect(self, code):
-        watcher = getattr(self, "watcher", None)
-        if watcher is not None:
-            watcher.cancel()
+        if self.follower is not None:
+            self.follower.close()
         for group in getattr(self, "joined", ()):
             await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def _send_html(self, html: str) -> None:
+        await self.send(text_data=html)
 
     async def receive(self, text_data=None, bytes_data=None):
         try:
             frame = parse_frame(text_data, bytes_data)
         except FrameError as exc:
-            await self.send(text_data=live.status_html(str(exc), "error"))
+            await self._send_html(render_status(str(exc), "error"))
             return
         await aclose_old_connections()
         session = await ChatSession.objects.for_user(self.user).alive().filter(pk=self.session.pk).afirst()
         if session is None:
-            await self.send(text_data=live.status_html("This chat was deleted.", "error"))
+            await self._send_html(render_status("This chat was deleted.", "error"))
             return
         if frame.type == "send":
             await live.submit(session, self.user, frame.text)
         elif frame.type == "retry":
             if await live.retry(session, self.user, frame.run_id) is None:
-                await self.send(text_data=live.status_html("That reply cannot be retried.", "error"))
+                await self._send_html(render_status("That reply cannot be retried.", "error"))
         elif frame.type == "stop":
             if not await live.stop(session, run_id=frame.run_id, queued_id=frame.queued_id):
-                await self.send(text_data=live.status_html("Nothing to stop.", "info"))
+                await self._send_html(render_status("Nothing to stop.", "info"))
         elif frame.type == "regenerate_title":
-            await self.send(text_data=live.status_html("Generating a new title…"))
-            live.start_regenerate_title(session, self.user)
-
-    # -- catch-up ---------------------------------------------------------------------------------
-
-    async def _catch_up(self):
-        params = parse_qs(self.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-        first = {key: values[0] for key, values in params.items() if values}
-        pk = self.session.pk
-        current = live.live_run(pk)
-        text = current.text if current else ""  # taken now: later batches carry offsets past it, or are cut
-        append = False
-        settled = ""
-        idle = current is None and not await live.running_elsewhere(self.session)
-        if idle:
-            # A run whose process stopped (a restart mid-reply) is interrupted now, and the page gets
-            # its final form below, with the runs it shows as running or has not seen.
-            settled = await live.settle_abandoned(pk)
-        if "last_run" in first or "running" in first:
-            last_run = first["last_run"][:ID_MAX] if "last_run" in first else None
-            running = first.get("running", "")[: ID_MAX * 4]
-            html, append = await live.missed_html(pk, last_run, running, skip=current.run_id if current else "")
-            if html:
-                await self.send(text_data=html)
-        if settled:
-            await self.send(text_data=live.status_html(*live.INTERRUPTED_NOTE))
-        queued = await live.queued(pk)
-        if first.get("reconnect") or queued:
-            await self.send(text_data=live.queue_html(queued))
-        if first.get("reconnect"):
-            await self.send(text_data=await live.state_panel_html(self.session))
-        # Messages queued in a process that has stopped run now, here (the page sees them start).
-        if idle and queued:
-            await live.adopt_orphans(self.session)
-        if current is not None:
-            await self.send(text_data=await live.live_run_html(current, text, append=append))
-            self.offsets[current.run_id] = len(text)
-        elif not idle:  # current is None here, so a run holds the lease: another process's
-            run = await Run.objects.filter(session_id=pk, status=RunStatus.RUNNING).order_by("-pk").afirst()
-            if run is not None:
-                self.waiting_sync = run.run_id
-                await self.channel_layer.group_send(
-                    sync_group(pk), {"type": "chat.sync_request", "reply_channel": self.channel_name, "session_pk": pk}
-                )
-                asyncio.get_running_loop().call_later(SYNC_WAIT_SECONDS, self._give_up_sync, run.run_id)
-                self.watched = run.run_id
-                self.watcher = asyncio.create_task(self._watch_lease(run.run_id), name=f"chat-lease-watch-{pk}")
-
-    async def _watch_lease(self, run_id: str):
-        """A run of another process: should that process stop, show the run as interrupted when its
-        lease runs out (a live process renews it every few seconds until the run is stored)."""
-        pk = self.session.pk
-        while (left := await live.lease_left(self.session)) is not None:
-            await asyncio.sleep(left + settings.CHAT_LEASE_GRACE_SECONDS)  # a deadline, not a wait on a condition
-        settled = await live.settle_abandoned(pk)
-        await live.adopt_orphans(self.session)
-        html, _ = await live.missed_html(pk, None, run_id)  # the run's final form, whoever ended it
-        if html:
-            self.offsets.pop(run_id, None)
-            if run_id == self.waiting_sync:
-                self.waiting_sync, self.held = None, []
-            await self.send(text_data=html + (live.status_html(*live.INTERRUPTED_NOTE) if settled else ""))
-
-    def _give_up_sync(self, run_id: str) -> None:
-        # The owning process did not answer (it may have died): show whatever arrives from now on.
-        if self.waiting_sync == run_id:
-            asyncio.ensure_future(self._release_held())
-
-    async def _release_held(self):
-        self.waiting_sync = None
-        held, self.held = self.held, []
-        for event in held:
-            await self.chat_tokens(event)
+            await self._send_html(render_status("Generating a new title…"))
+            titles.start_regenerate_title(session, self.user)
 
     # -- layer events -----------------------------------------------------------------------------
 
     async def chat_html(self, event):
-        await self.send(text_data=event["html"])
+        await self._send_html(event["html"])
 
     async def chat_tokens(self, event):
-        run_id, start, text = event["run_id"], event["start"], event["text"]
-        if run_id == self.waiting_sync:
-            self.held.append(event)
-            return
-        have = self.offsets.get(run_id)
-        if have is not None:
-            end = start + len(text)
-            if end <= have:
-                return  # already shown by the catch-up
-            text = text[max(0, have - start):]
-            self.offsets[run_id] = end
-        await self.send(text_data=live.token_html(run_id, text))
+        await self.follower.tokens(event)
 
     async def chat_run_done(self, event):
-        self.offsets.pop(event["run_id"], None)
-        if event["run_id"] == self.watched and self.watcher is not None:
-            self.watcher.cancel()  # the run ended in its own process: nothing left to watch for
-        if event["run_id"] == self.waiting_sync:
-            self.waiting_sync, self.held = None, []
-        await self.send(text_data=event["html"])
+        await self.follower.run_done(event)
 
     async def chat_sync_reply(self, event):
-        if event["run_id"] != self.waiting_sync:
-            return
-        await self.send(text_data=event["html"])
-        self.offsets[event["run_id"]] = event["text_len"]
-        await self._release_held()
+        await self.follower.sync_reply(event)

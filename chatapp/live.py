@@ -1,4 +1,4 @@
-"""Live runs for the web chat: start them, stream them to every tab, stop, queue, catch up, title.
+"""Live runs for the web chat: run them as tasks, stream them to every tab, stop them, queue and catch up.
 
 A run is an asyncio task that outlives the socket which asked for it. Each session with work in
 this process has one `SessionRunner`: a FIFO of waiting messages and the run in flight. Every waiting
@@ -17,7 +17,8 @@ the session's channel group (so every tab of that session sees it):
 Token batches carry their character offset into the reply (`chat.tokens`), so a socket that joined
 mid-reply and received the text so far (catch-up) drops what it already has instead of showing it
 twice. A run owned by another process answers catch-up and stop requests sent to the
-`session.<pk>.sync` group, which only the owning run task joins.
+`session.<pk>.sync` group, which only the owning run task joins. `Follower` is a socket's side of
+this: the consumer hands it the layer events and the query string, and sends what it returns.
 """
 
 from __future__ import annotations
@@ -28,29 +29,30 @@ import json
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.db import aclose_old_connections
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.template.loader import render_to_string
 from django.utils import timezone
 
 from sessions_core.agent import Agent
-from sessions_core.errors import SessionNotFoundError, SessionOwnershipError
 from sessions_core.events import RunEvent
 from sessions_core.models import ChatSession, Message, NameSource, Role, Run, RunStatus
 
-from . import assistants, rendering, state_view
-from .broadcast import asend_to_session, oob, oob_wrap, sync_group, user_group
+from . import assistants, rendering, state_view, titles
+from .broadcast import asend_to_session, push_session_row, sync_group
 from .models import QueuedMessage, new_queued_id
 
 logger = logging.getLogger("chatapp.live")
 
-FALLBACK_TITLE_CHARS = 40
-QUEUED_NOTE = "Queued: will run after the current reply"
+ID_MAX = 64  # the longest run or queued id a socket may send
+SYNC_WAIT_SECONDS = 3.0  # how long a socket waits for another process to answer its catch-up request
 QUEUED_STATUS = "Your message is queued; it will run after the current reply."
 
 
@@ -112,13 +114,6 @@ class SessionRunner:
 
 
 _runners: dict[int, SessionRunner] = {}
-_background: set[asyncio.Task] = set()  # title jobs: kept referenced until they finish
-
-
-def _keep(task: asyncio.Task) -> asyncio.Task:
-    _background.add(task)
-    task.add_done_callback(_background.discard)
-    return task
 
 
 def live_run(session_pk: int) -> LiveRun | None:
@@ -135,7 +130,7 @@ async def wait_idle(timeout: float = 30) -> None:
     """Wait until no run task and no title job of this process is left (tests, shutdown)."""
     deadline = time.monotonic() + timeout
     while True:
-        tasks = [r.task for r in _runners.values() if r.task and not r.task.done()] + list(_background)
+        tasks = [r.task for r in _runners.values() if r.task and not r.task.done()] + list(titles.jobs)
         if not tasks:
             return
         remaining = deadline - time.monotonic()
@@ -147,58 +142,36 @@ async def wait_idle(timeout: float = 30) -> None:
 # --- fragments -----------------------------------------------------------------------------------------
 
 
-def status_html(message: str, kind: str = "info") -> str:
-    """The live status line (#run-status), replaced in place so screen readers announce it."""
-    return render_to_string("chatapp/_run_status.html", {"message": message, "kind": kind})
-
-
-def queued_html(item: Pending | QueuedMessage) -> str:
-    return render_to_string("chatapp/_queued.html", {"item": item, "note": QUEUED_NOTE})
-
-
-def queue_html(rows: list[QueuedMessage]) -> str:
-    """The whole queue (#queue): `rows` are `queued(session_pk)`."""
-    items = "".join(queued_html(item) for item in rows)
-    hidden = "" if items else " hidden"
-    return f'<ol id="queue" class="queue" aria-label="Queued messages" hx-swap-oob="true"{hidden}>{items}</ol>'
-
-
-def token_html(run_id: str, text: str) -> str:
-    return oob_wrap(_escape(text), f"beforeend:#reply-{run_id}")
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _render_live_run(live: LiveRun, text: str) -> str:
+def _render_live_run(live: LiveRun, text: str, oob: str = "true") -> str:
     """The run fragment of a run in flight: the stored row with the text and tool calls so far."""
     run = copy.copy(live.run)
     run.content, run.status = text, RunStatus.RUNNING
     run.shown_messages = [*live.base_messages, *live.tool_messages]
-    return oob(rendering.render_run(run))
+    return rendering.render_run(run, oob=oob)
 
 
-def _load_started_run(run_id: str) -> tuple[Run, str]:
-    """The stored run at its start (its user message in `shown_messages`) and its fragment."""
-    run = Run.objects.select_related("session").get(run_id=run_id)
-    run.shown_messages = list(run.messages.exclude(role=Role.SYSTEM).order_by("seq"))
-    return run, rendering.render_run(run)
+def started_run(session: ChatSession, event) -> Run:
+    """The run as the engine stored it at its start, with its user message in `shown_messages`.
+
+    A RunStarted event that carries the run's `input` and `created_at` is enough; without them the row
+    and its messages are read back.
+    """
+    text = getattr(event, "input", None)
+    if text is None:
+        run = Run.objects.get(run_id=event.run_id)
+        run.shown_messages = list(run.messages.exclude(role=Role.SYSTEM).order_by("seq"))
+        return run
+    run = Run(run_id=event.run_id, session=session, input=text, status=RunStatus.RUNNING,
+              created_at=datetime.fromtimestamp(event.created_at, tz=UTC), model_id=getattr(event, "model", ""))
+    run.shown_messages = []  # the fragment shows `input` as the user's message
+    return run
 
 
 def _render_state(session: ChatSession, live: LiveRun) -> str:
     """The panel mid-run: the reply's state and changes, without the editor (an edit of a state the
     run has not stored yet would have the run's changes applied a second time when it finishes)."""
-    return oob(rendering.render_state_panel(session, live.changed_keys, in_flight=True,
-                                            pending_changes=live.pending_changes))
-
-
-def _render_row(session_pk: int, owner_pk: int | None, to_top: bool) -> str:
-    """The session's sidebar row, replaced in place or moved to the top of its group."""
-    session = ChatSession.objects.for_user(owner_pk).get(pk=session_pk)
-    if to_top:
-        return rendering.render_session_item_to_top(session)
-    return rendering.render_session_item(session, oob="true")
+    return rendering.render_state_panel(session, live.changed_keys, in_flight=True,
+                                        pending_changes=live.pending_changes, oob="true")
 
 
 # --- sending -------------------------------------------------------------------------------------------
@@ -208,40 +181,7 @@ async def _to_session(session_pk: int, html: str) -> None:
     await asend_to_session(session_pk, "chat.html", html=html)
 
 
-async def _to_user(user_pk: int | None, html: str) -> None:
-    if user_pk is not None:
-        await get_channel_layer().group_send(user_group(user_pk), {"type": "chat.html", "html": html})
-
-
-async def push_session_row(session_pk: int, owner_pk: int | None, to_top: bool = False) -> None:
-    """The session's sidebar row, re-rendered, to every tab of its owner."""
-    await _to_user(owner_pk, await sync_to_async(_render_row)(session_pk, owner_pk, to_top))
-
-
 # --- submitting --------------------------------------------------------------------------------------
-
-
-def fallback_title(text: str, limit: int = FALLBACK_TITLE_CHARS) -> str:
-    """The first message as a title: whitespace collapsed, cut at a word near `limit` characters."""
-    words = " ".join(text.split())
-    if len(words) <= limit:
-        return words
-    cut = words[: limit + 1]
-    cut = cut.rsplit(" ", 1)[0] if " " in cut[limit // 2 :] else words[:limit]
-    return cut.rstrip(" ,.;:-") + "…"
-
-
-async def _set_fallback_title(session: ChatSession, text: str) -> bool:
-    """Name an unnamed session after its first message at once; True if it was named."""
-    title = fallback_title(text)
-    if not title:
-        return False
-    updated = await ChatSession.objects.for_user(session.owner_id).filter(pk=session.pk, name="").aupdate(
-        name=title, name_source=NameSource.FALLBACK
-    )
-    if updated:
-        session.name, session.name_source = title, NameSource.FALLBACK
-    return bool(updated)
 
 
 async def lease_left(session: ChatSession) -> float | None:
@@ -266,8 +206,8 @@ def _settle_abandoned(session_pk: int) -> str:
         return ""
     runs.filter(pk__in=abandoned).interrupt_abandoned()
     settled = runs.filter(pk__in=abandoned).exclude(status=RunStatus.RUNNING).order_by("pk")
-    html = "".join(oob(rendering.render_run(run)) for run in settled)
-    return html and html + status_html(*INTERRUPTED_NOTE)
+    html = "".join(rendering.render_run(run, oob="true") for run in settled)
+    return html and html + rendering.render_status(*INTERRUPTED_NOTE)
 
 
 async def settle_abandoned(session_pk: int) -> str:
@@ -284,11 +224,12 @@ async def submit(session: ChatSession, user, text: str) -> Pending:
     item.row_pk = row.pk
     must_wait = runner.busy or bool(runner.pending) or await running_elsewhere(session)
     runner.pending.append(item)
-    if not session.name and await _set_fallback_title(session, text):
+    if not session.name and await titles.set_fallback_title(session, text):
         await push_session_row(session.pk, session.owner_id, to_top=True)
     if must_wait:
         item.shown_queued = True
-        await _to_session(session.pk, oob_wrap(queued_html(item), "beforeend:#queue") + status_html(QUEUED_STATUS))
+        await _to_session(session.pk, rendering.render_oob(rendering.render_queued(item), "beforeend:#queue")
+                          + rendering.render_status(QUEUED_STATUS))
     if not runner.busy:
         runner.task = asyncio.create_task(_drain(runner), name=f"chat-session-{session.pk}")
     return item
@@ -314,8 +255,8 @@ async def stop(session: ChatSession, run_id: str = "", queued_id: str = "") -> b
                 runner.pending.remove(item)
                 break
         if deleted:
-            await _to_session(session.pk, f'<li id="queued-{queued_id}" hx-swap-oob="delete"></li>'
-                              + status_html("Queued message removed."))
+            await _to_session(session.pk, rendering.render_delete("li", f"queued-{queued_id}")
+                              + rendering.render_status("Queued message removed."))
         return bool(deleted)
     current = runner.current if runner else None
     if not run_id and current is None and runner is not None and runner.starting is not None:
@@ -383,7 +324,7 @@ async def _drain(runner: SessionRunner) -> None:
                 await _run_one(runner, item)
             except Exception:
                 logger.exception("Run for session %s failed", runner.session_pk)
-                await _to_session(runner.session_pk, status_html("The reply failed unexpectedly.", "error"))
+                await _to_session(runner.session_pk, rendering.render_status("The reply failed unexpectedly.", "error"))
             finally:
                 runner.starting, runner.current = None, None
     finally:
@@ -433,7 +374,7 @@ async def _listener_channel() -> str:
     loop = asyncio.get_running_loop()
     if _listener is None or _listener[0] is not loop or _listener[2].done():
         channel = await get_channel_layer().new_channel()
-        # Held here (not in _background, which settle() waits on): it runs as long as the loop does.
+        # Held here (not with the tasks wait_idle() waits on): it runs as long as the loop does.
         _listener = (loop, channel, asyncio.create_task(_listen(channel), name="chat-sync-listener"))
     return _listener[1]
 
@@ -474,13 +415,13 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
     try:
         agent = assistants.get_assistant(session.component_id)
     except KeyError:
-        await _to_session(pk, status_html(f"This session's assistant ({session.component_id}) is not available.",
-                                          "error"))
+        await _to_session(pk, rendering.render_status(
+            f"This session's assistant ({session.component_id}) is not available.", "error"))
         return
     if item.shown_queued:
-        await _to_session(pk, f'<li id="queued-{item.queued_id}" hx-swap-oob="delete"></li>')
+        await _to_session(pk, rendering.render_delete("li", f"queued-{item.queued_id}"))
     settled = await settle_abandoned(pk)  # a run left by a process that stopped: shown as interrupted
-    await _to_session(pk, settled + status_html("Waiting for the reply…"))
+    await _to_session(pk, settled + rendering.render_status("Waiting for the reply…"))
 
     events: asyncio.Queue = asyncio.Queue()
 
@@ -521,7 +462,7 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
                 raise event
             kind = event.event
             if kind == RunEvent.run_started:
-                live = await _started(runner, item, event.run_id)
+                live = await _started(runner, item, session, event)
             elif live is None:
                 continue
             elif kind == RunEvent.run_content:
@@ -569,12 +510,18 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
         runner.reader = None
 
 
-async def _started(runner: SessionRunner, item: Pending, run_id: str) -> LiveRun:
-    run, html = await sync_to_async(_load_started_run)(run_id)
-    live = LiveRun(run_id=run_id, run=run, base_messages=list(run.shown_messages))
+def _render_started(session: ChatSession, event) -> tuple[Run, str]:
+    run = started_run(session, event)
+    html = rendering.render_oob(rendering.render_run(run), "beforeend:#transcript")
+    return run, html + rendering.render_status("Generating a reply…")
+
+
+async def _started(runner: SessionRunner, item: Pending, session: ChatSession, event) -> LiveRun:
+    run, html = await sync_to_async(_render_started)(session, event)
+    live = LiveRun(run_id=event.run_id, run=run, base_messages=list(run.shown_messages))
     runner.current, runner.starting = live, None
     pk = runner.session_pk
-    await _to_session(pk, oob_wrap(html, "beforeend:#transcript") + status_html("Generating a reply…"))
+    await _to_session(pk, html)
     await push_session_row(pk, runner.owner_pk, to_top=True)
     if item.cancelled:  # Stop was pressed before the run started
         await _stop_here(runner, live)
@@ -600,8 +547,9 @@ def _note_tool(live: LiveRun, event) -> str:
         tool.tool_call_id, tool.tool_name, json.dumps(tool.tool_args, indent=2, ensure_ascii=False),
         result=None if started else (tool.result or ""), error=tool.tool_call_error,
     )
-    row = rendering.render_tool_call(live.run_id, call)
-    return oob_wrap(row, f"beforeend:#tools-{live.run_id}") if started else oob(row)
+    if started:
+        return rendering.render_oob(rendering.render_tool_call(live.run_id, call), f"beforeend:#tools-{live.run_id}")
+    return rendering.render_tool_call(live.run_id, call, oob="true")
 
 
 async def _flush(session_pk: int, live: LiveRun | None) -> None:
@@ -628,7 +576,7 @@ def _render_finished(live: LiveRun, owner_pk: int | None) -> tuple[str, ChatSess
     mid-run state changes were not kept, so the panel must show the stored state again)."""
     run = Run.objects.get(run_id=live.run_id)
     session = ChatSession.objects.for_user(owner_pk).get(pk=run.session_id)
-    html = oob(rendering.render_run(run)) + oob(rendering.render_state_panel(session, live.changed_keys))
+    html = rendering.render_run(run, oob="true") + rendering.render_state_panel(session, live.changed_keys, oob="true")
     return html, session, run.status
 
 
@@ -637,10 +585,10 @@ async def _finished(runner: SessionRunner, item: Pending, live: LiveRun) -> None
     html, session, status = await sync_to_async(_render_finished)(live, runner.owner_pk)
     runner.current = None
     note, kind = _STATUS_NOTES.get(status, ("Reply finished.", "info"))
-    await asend_to_session(pk, "chat.run_done", run_id=live.run_id, html=html + status_html(note, kind))
+    await asend_to_session(pk, "chat.run_done", run_id=live.run_id, html=html + rendering.render_status(note, kind))
     await push_session_row(pk, runner.owner_pk, to_top=True)
     if status == RunStatus.COMPLETED and session.name_source in (NameSource.NONE, NameSource.FALLBACK):
-        _keep(asyncio.create_task(generate_title(session, item.user), name=f"chat-title-{pk}"))
+        titles.start_title(session, item.user)
 
 
 # --- catch-up -----------------------------------------------------------------------------------------
@@ -648,10 +596,10 @@ async def _finished(runner: SessionRunner, item: Pending, live: LiveRun) -> None
 
 async def live_run_html(live: LiveRun, text: str, append: bool = False) -> str:
     """A run in flight with the whole text so far: replacing its fragment, or appended when new to the page."""
-    html = await sync_to_async(_render_live_run)(live, text)
     if append:
-        return oob_wrap(html.replace(' hx-swap-oob="true"', "", 1), "beforeend:#transcript")
-    return html
+        html = await sync_to_async(_render_live_run)(live, text, oob="")
+        return rendering.render_oob(html, "beforeend:#transcript")
+    return await sync_to_async(_render_live_run)(live, text)
 
 
 def _missed(session_pk: int, last_run: str | None, running: str, skip: str) -> tuple[str, bool]:
@@ -664,14 +612,14 @@ def _missed(session_pk: int, last_run: str | None, running: str, skip: str) -> t
         if anchor is not None:
             newer = list(runs.filter(pk__gt=anchor).order_by("-pk")[: rendering.TRANSCRIPT_RUNS])[::-1]
             skip_is_new = any(run.run_id == skip for run in newer)
-            shown = "".join(rendering.render_run(run) for run in newer if run.run_id != skip)
+            shown = [rendering.render_run(run) for run in newer if run.run_id != skip]
             if shown:
-                parts.append(oob_wrap(shown, "beforeend:#transcript"))
+                parts.append(rendering.render_oob(shown, "beforeend:#transcript"))
     for run_id in filter(None, running.split(",")):
         if run_id != skip:
             run = runs.filter(run_id=run_id).exclude(status=RunStatus.RUNNING).first()
             if run is not None:
-                parts.append(oob(rendering.render_run(run)))
+                parts.append(rendering.render_run(run, oob="true"))
     return "".join(parts), skip_is_new
 
 
@@ -680,55 +628,134 @@ async def missed_html(session_pk: int, last_run: str | None, running: str = "", 
 
 
 def _state_panel(session_pk: int, owner_pk: int | None) -> str:
-    return oob(rendering.render_state_panel(ChatSession.objects.for_user(owner_pk).get(pk=session_pk)))
+    return rendering.render_state_panel(ChatSession.objects.for_user(owner_pk).get(pk=session_pk), oob="true")
 
 
 async def state_panel_html(session: ChatSession) -> str:
     return await sync_to_async(_state_panel)(session.pk, session.owner_id)
 
 
-# --- titles ---------------------------------------------------------------------------------------------
 
+class Follower:
+    """One socket's side of the catch-up: what it is sent when it connects, and the reply text cut to
+    what it has not shown yet. The consumer makes one per socket and hands it the layer events.
 
-async def generate_title(session: ChatSession, user, attempts: int | None = None) -> bool:
-    """Name the session with the model in the background; pushes the row. Never replaces a user title.
-
-    Retried with back-off when it fails; the title write does not touch last_activity_at, so the
-    session keeps its place in the sidebar.
+    `send` sends HTML to this socket only; `channel_name` is the socket's own channel, where another
+    process answers a catch-up request (`chat.sync_reply`).
     """
-    attempts = attempts or settings.CHAT_TITLE_ATTEMPTS
-    try:
-        agent = assistants.get_assistant(session.component_id)
-    except KeyError:
-        return False
-    delay = settings.CHAT_TITLE_RETRY_SECONDS
-    for attempt in range(attempts):
-        try:
-            named = await agent.aset_session_name(session_id=session.session_id, autogenerate=True, user_id=user)
-        except (SessionNotFoundError, SessionOwnershipError):
-            return False
-        except Exception:
-            logger.warning("Title for session %s failed (attempt %d)", session.session_id, attempt + 1, exc_info=True)
-        else:
-            if named.name_source != NameSource.FALLBACK:  # fallback: the model failed every time; try again
-                break
-            logger.warning("Title for session %s: the model failed (attempt %d)", session.session_id, attempt + 1)
-        if attempt + 1 == attempts:
-            return False
-        await asyncio.sleep(delay)
-        delay *= 2
-    await push_session_row(session.pk, session.owner_id)
-    return True
 
+    def __init__(self, session: ChatSession, channel_name: str, send: Callable[[str], Awaitable[None]]):
+        self.session = session
+        self.channel_name = channel_name
+        self.send = send
+        self.offsets: dict[str, int] = {}  # run id -> characters of its reply this socket has
+        self.waiting_sync: str | None = None  # run id whose text another process was asked for
+        self.held: list[dict] = []  # chat.tokens received while waiting for that text
+        self.watcher: asyncio.Task | None = None  # watches the lease of a run in another process...
+        self.watched = ""  # ...this one
 
-async def regenerate_title(session: ChatSession, user) -> bool:
-    """The "Regenerate title" action: the user asked, so a title they typed may be replaced too."""
-    await ChatSession.objects.for_user(session.owner_id).filter(pk=session.pk, name_source=NameSource.USER).aupdate(
-        name_source=NameSource.AUTO
-    )
-    return await generate_title(session, user)
+    def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.cancel()
 
+    async def catch_up(self, query_string: bytes) -> None:
+        """Bring a page that just (re)connected up to date; `query_string` is the socket's (see consumers)."""
+        params = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
+        first = {key: values[0] for key, values in params.items() if values}
+        pk = self.session.pk
+        current = live_run(pk)
+        text = current.text if current else ""  # taken now: later batches carry offsets past it, or are cut
+        append = False
+        settled = ""
+        idle = current is None and not await running_elsewhere(self.session)
+        if idle:
+            # A run whose process stopped (a restart mid-reply) is interrupted now, and the page gets
+            # its final form below, with the runs it shows as running or has not seen.
+            settled = await settle_abandoned(pk)
+        if "last_run" in first or "running" in first:
+            last_run = first["last_run"][:ID_MAX] if "last_run" in first else None
+            running = first.get("running", "")[: ID_MAX * 4]
+            html, append = await missed_html(pk, last_run, running, skip=current.run_id if current else "")
+            if html:
+                await self.send(html)
+        if settled:
+            await self.send(rendering.render_status(*INTERRUPTED_NOTE))
+        rows = await queued(pk)
+        if first.get("reconnect") or rows:
+            await self.send(rendering.render_queue(rows))
+        if first.get("reconnect"):
+            await self.send(await state_panel_html(self.session))
+        # Messages queued in a process that has stopped run now, here (the page sees them start).
+        if idle and rows:
+            await adopt_orphans(self.session)
+        if current is not None:
+            await self.send(await live_run_html(current, text, append=append))
+            self.offsets[current.run_id] = len(text)
+        elif not idle:  # current is None here, so a run holds the lease: another process's
+            run = await Run.objects.filter(session_id=pk, status=RunStatus.RUNNING).order_by("-pk").afirst()
+            if run is not None:
+                self.waiting_sync = run.run_id
+                await get_channel_layer().group_send(
+                    sync_group(pk), {"type": "chat.sync_request", "reply_channel": self.channel_name, "session_pk": pk}
+                )
+                asyncio.get_running_loop().call_later(SYNC_WAIT_SECONDS, self._give_up_sync, run.run_id)
+                self.watched = run.run_id
+                self.watcher = asyncio.create_task(self._watch_lease(run.run_id), name=f"chat-lease-watch-{pk}")
 
-def start_regenerate_title(session: ChatSession, user) -> asyncio.Task:
-    """`regenerate_title` in the background, so the socket stays free for Stop meanwhile."""
-    return _keep(asyncio.create_task(regenerate_title(session, user), name=f"chat-title-{session.pk}"))
+    async def _watch_lease(self, run_id: str) -> None:
+        """A run of another process: should that process stop, show the run as interrupted when its
+        lease runs out (a live process renews it every few seconds until the run is stored)."""
+        pk = self.session.pk
+        while (left := await lease_left(self.session)) is not None:
+            await asyncio.sleep(left + settings.CHAT_LEASE_GRACE_SECONDS)  # a deadline, not a wait on a condition
+        settled = await settle_abandoned(pk)
+        await adopt_orphans(self.session)
+        html, _ = await missed_html(pk, None, run_id)  # the run's final form, whoever ended it
+        if html:
+            self.offsets.pop(run_id, None)
+            if run_id == self.waiting_sync:
+                self.waiting_sync, self.held = None, []
+            await self.send(html + (rendering.render_status(*INTERRUPTED_NOTE) if settled else ""))
+
+    def _give_up_sync(self, run_id: str) -> None:
+        # The owning process did not answer (it may have died): show whatever arrives from now on.
+        if self.waiting_sync == run_id:
+            asyncio.ensure_future(self._release_held())
+
+    async def _release_held(self) -> None:
+        self.waiting_sync = None
+        held, self.held = self.held, []
+        for event in held:
+            await self.tokens(event)
+
+    async def tokens(self, event: dict) -> None:
+        """`chat.tokens`: a batch of reply text, less what this socket already shows."""
+        run_id, start, text = event["run_id"], event["start"], event["text"]
+        if run_id == self.waiting_sync:
+            self.held.append(event)
+            return
+        have = self.offsets.get(run_id)
+        if have is not None:
+            end = start + len(text)
+            if end <= have:
+                return  # already shown by the catch-up
+            text = text[max(0, have - start):]
+            self.offsets[run_id] = end
+        await self.send(rendering.render_tokens(run_id, text))
+
+    async def run_done(self, event: dict) -> None:
+        """`chat.run_done`: a run's final form."""
+        self.offsets.pop(event["run_id"], None)
+        if event["run_id"] == self.watched and self.watcher is not None:
+            self.watcher.cancel()  # the run ended in its own process: nothing left to watch for
+        if event["run_id"] == self.waiting_sync:
+            self.waiting_sync, self.held = None, []
+        await self.send(event["html"])
+
+    async def sync_reply(self, event: dict) -> None:
+        """`chat.sync_reply`: another process's answer to this socket's catch-up request."""
+        if event["run_id"] != self.waiting_sync:
+            return
+        await self.send(event["html"])
+        self.offsets[event["run_id"]] = event["text_len"]
+        await self._release_held()

@@ -1,14 +1,17 @@
-"""HTML for the chat, as strings: used by the views and by the websocket consumer alike, so a live
-update and a reload show exactly the same markup (one fragment template per thing).
+"""HTML for the chat, as strings, each from its fragment template: used by the views and the live runs alike,
+so a live update and a reload show exactly the same markup.
 
-Everything here is synchronous and reads the database: call it from a DB thread in async code.
+Out-of-band swaps are marked one way: the fragment's template renders `hx-swap-oob="{{ oob }}"` on its
+own element when given `oob` (a fragment replacing itself by id: `oob="true"`), and `render_oob` wraps
+fragments whose children go somewhere else (`oob="beforeend:#transcript"`).
+
+Everything here is synchronous and may read the database: call it from a DB thread in async code.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from html import escape
 
 import nh3
 from django.db.models import Prefetch
@@ -26,6 +29,7 @@ from sessions_core.summary import SessionSummary
 
 from . import state_view
 from .assistants import assistant_name
+from .sidebar import sidebar_page
 
 TRANSCRIPT_RUNS = 50  # runs shown at once; older ones behind "Load earlier"
 TIMELINE_CHANGES = 50  # state changes listed in the panel
@@ -41,13 +45,9 @@ def _highlight(code: str, language: str, _attrs) -> str:
         lexer = get_lexer_by_name(language) if language else None
     except ClassNotFound:
         lexer = None
-    body = highlight(code, lexer, _FORMATTER) if lexer else escape(code)
-    label = f'<span class="code-lang">{escape(language)}</span>' if language else ""
-    return (
-        f'<div class="codeblock"><div class="codeblock-bar">{label}'
-        '<button type="button" class="copy-code">Copy</button></div>'
-        f'<pre class="highlight"><code>{body}</code></pre></div>'
-    )
+    # Pygments escapes the code it wraps in spans; without a lexer the template escapes it.
+    body = mark_safe(highlight(code, lexer, _FORMATTER)) if lexer else code  # noqa: S308
+    return render_to_string("chatapp/_codeblock.html", {"language": language, "body": body})
 
 
 # html=False: raw HTML in the text is shown as text, never passed through; nh3 below is the second line.
@@ -163,13 +163,49 @@ def transcript_runs(session: ChatSession, before: int | None = None, limit: int 
     return page
 
 
-def render_run(run: Run) -> str:
-    return render_to_string("chatapp/_run.html", {"view": run_view(run)})
+def render_run(run: Run, oob: str = "") -> str:
+    return render_to_string("chatapp/_run.html", {"view": run_view(run), "oob": oob})
 
 
-def render_tool_call(run_id: str, call: ToolCallView) -> str:
+def render_tool_call(run_id: str, call: ToolCallView, oob: str = "") -> str:
     """One tool call row (for a call seen live, before the run's messages are stored)."""
-    return render_to_string("chatapp/_tool_call.html", {"run_id": run_id, "call": call})
+    return render_to_string("chatapp/_tool_call.html", {"run_id": run_id, "call": call, "oob": oob})
+
+
+# --- out-of-band pieces --------------------------------------------------------------------------------
+
+QUEUED_NOTE = "Queued: will run after the current reply"
+
+
+def render_oob(html: str | list[str], oob: str) -> str:
+    """`html` (one fragment or several) as the children of a wrapper swapped in where `oob` says, e.g.
+    "beforeend:#transcript". Rendered fragments go in as they are; plain text is escaped."""
+    return render_to_string("chatapp/_oob.html", {"parts": html if isinstance(html, list) else [html], "oob": oob})
+
+
+def render_delete(tag: str, element_id: str) -> str:
+    """A marker removing the element with this id from the page."""
+    return render_to_string("chatapp/_oob_delete.html", {"tag": tag, "id": element_id})
+
+
+def render_status(message: str, kind: str = "info") -> str:
+    """The live status line (#run-status), replaced in place so screen readers announce it."""
+    return render_to_string("chatapp/_run_status.html", {"message": message, "kind": kind})
+
+
+def render_tokens(run_id: str, text: str) -> str:
+    """Streamed reply text (escaped) appended to the reply of a run in flight."""
+    return render_oob(text, f"beforeend:#reply-{run_id}")
+
+
+def render_queued(item) -> str:
+    """One queued message (a QueuedMessage row, or one held in memory with `queued_id` and `text`)."""
+    return render_to_string("chatapp/_queued.html", {"item": item, "note": QUEUED_NOTE})
+
+
+def render_queue(rows) -> str:
+    """The whole queue (#queue), replacing the page's."""
+    return render_to_string("chatapp/_queue.html", {"rows": rows, "note": QUEUED_NOTE, "oob": "true"})
 
 
 # --- the sidebar -------------------------------------------------------------------------------------
@@ -181,18 +217,16 @@ def render_session_item(session: ChatSession, current: bool = False, **extra) ->
 
 def render_session_item_to_top(session: ChatSession) -> str:
     """Out-of-band HTML moving a session's row to the top of its group (pinned, else Today) in every tab."""
-    anchor = "#group-pinned" if session.pinned_at else "#group-today"
-    # An "afterend" out-of-band swap inserts the children of the element carrying it, hence the wrapper.
-    return (f'<li id="session-item-{session.pk}" hx-swap-oob="delete"></li>'
-            f'<div hx-swap-oob="afterend:{anchor}">{render_session_item(session)}</div>')
+    return render_to_string("chatapp/_session_item_to_top.html", {
+        "s": session, "item_id": f"session-item-{session.pk}",
+        "anchor": "#group-pinned" if session.pinned_at else "#group-today",
+    })
 
 
-def render_session_list(user, current_session_id: str | None = None, oob: bool = False) -> str:
+def render_session_list(user, current_session_id: str | None = None, oob: str = "") -> str:
     """The first page of the sidebar list (`#session-list`)."""
-    from .sidebar import sidebar_page
-
     return render_to_string("chatapp/_session_list.html", {
-        "page": sidebar_page(user), "current_session_id": current_session_id, "list_oob": oob,
+        "page": sidebar_page(user), "current_session_id": current_session_id, "oob": oob,
     })
 
 

@@ -1,10 +1,15 @@
 """Settings for the chat app: one module, driven by environment variables with local-dev defaults.
 
 Every variable has a default that works on a fresh machine (SQLite, in-memory channel layer, the
-offline model). Bad values raise ImproperlyConfigured at start-up rather than failing later.
+offline model). A bad value raises ImproperlyConfigured at start-up, naming the variable and quoting
+the value, rather than failing later.
 """
 
+import logging
+import math
 import os
+import re
+import zoneinfo
 from pathlib import Path
 
 import environ
@@ -14,16 +19,64 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def _refuse(name: str, value: str, expected: str):
+    # A URL's user and password are left out of the message, which may end up in a log.
+    shown = re.sub(r"//[^/@]*@", "//…@", value)
+    raise ImproperlyConfigured(f'Environment variable {name} has an invalid value "{shown}": {expected}')
+
 
 def _env(parse, name, default):
     """Read one variable, turning a parse failure into a message that names it."""
     try:
         return parse(name, default=default)
     except (ValueError, TypeError, environ.ImproperlyConfigured) as exc:
-        raise ImproperlyConfigured(f"Environment variable {name} has an invalid value: {exc}") from exc
+        _refuse(name, os.environ.get(name, ""), str(exc))
 
 
-DEBUG = _env(env.bool, "DEBUG", True)
+def _bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    if value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    _refuse(name, value, "expected true or false (also 1/0, yes/no, on/off)")
+
+
+def _number(name: str, default, kind=float, minimum=0, above: bool = False):
+    """A number of `kind` at least `minimum` (more than it when `above`)."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    bound = f"more than {minimum}" if above else f"at least {minimum}"
+    try:
+        number = kind(value)
+    except ValueError:
+        _refuse(name, value, f"expected {'a whole number' if kind is int else 'a number'} {bound}")
+    if not math.isfinite(number) or number < minimum or (above and number == minimum):
+        _refuse(name, value, f"expected a number {bound}")
+    return number
+
+
+def _time_zone(name: str, default: str) -> str:
+    value = os.environ.get(name, default)
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        _refuse(name, value, "expected a time zone name such as UTC or Europe/Paris")
+    return value
+
+
+def _log_level(name: str, default: str) -> str:
+    value = os.environ.get(name, default)
+    if value.strip().upper() not in logging.getLevelNamesMapping():
+        _refuse(name, value, "expected a logging level: DEBUG, INFO, WARNING, ERROR or CRITICAL")
+    return value.strip().upper()
+
+
+DEBUG = _bool("DEBUG", True)
 SECRET_KEY = _env(env.str, "SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
@@ -75,14 +128,13 @@ TEMPLATES = [
     },
 ]
 
+_DATABASE_URLS = "expected a database URL such as sqlite:///path or postgres://user:pw@host:port/name"
 try:
     DATABASES = {"default": env.db_url("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
 except (ValueError, KeyError, environ.ImproperlyConfigured) as exc:
-    raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from exc
+    _refuse("DATABASE_URL", os.environ.get("DATABASE_URL", ""), f"{_DATABASE_URLS} ({exc})")
 if "." not in DATABASES["default"].get("ENGINE", ""):  # a scheme django-environ does not know
-    raise ImproperlyConfigured(
-        "DATABASE_URL names no database Django knows; use sqlite:///path or postgres://user:pw@host:port/name"
-    )
+    _refuse("DATABASE_URL", os.environ.get("DATABASE_URL", ""), _DATABASE_URLS)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE transactions take the write lock up front, so two writers queue instead of
     # deadlocking on a lock upgrade; the timeout is how long a writer waits for its turn.
@@ -103,7 +155,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = _env(env.str, "REDIS_URL", "")
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
-        raise ImproperlyConfigured("REDIS_URL must start with redis://, rediss:// or unix://")
+        _refuse("REDIS_URL", REDIS_URL, "expected a URL starting with redis://, rediss:// or unix://")
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -112,17 +164,15 @@ else:
 OPENAI_API_KEY = _env(env.str, "OPENAI_API_KEY", "")
 OPENAI_BASE_URL = _env(env.str, "OPENAI_BASE_URL", "")
 OPENAI_MODEL = _env(env.str, "OPENAI_MODEL", "")
-OPENAI_TIMEOUT = _env(env.float, "OPENAI_TIMEOUT", 60.0)
-OPENAI_MAX_RETRIES = _env(env.int, "OPENAI_MAX_RETRIES", 2)
+OPENAI_TIMEOUT = _number("OPENAI_TIMEOUT", 60.0, above=True)
+OPENAI_MAX_RETRIES = _number("OPENAI_MAX_RETRIES", 2, int)
 if OPENAI_BASE_URL and not OPENAI_BASE_URL.startswith(("http://", "https://")):
-    raise ImproperlyConfigured("OPENAI_BASE_URL must be an http:// or https:// URL")
-if OPENAI_TIMEOUT <= 0:
-    raise ImproperlyConfigured("OPENAI_TIMEOUT must be a positive number of seconds")
+    _refuse("OPENAI_BASE_URL", OPENAI_BASE_URL, "expected an http:// or https:// URL")
 # Seconds between the offline model's streamed words (0 in tests; a little in the demo so streaming is visible).
-OFFLINE_MODEL_DELAY = _env(env.float, "OFFLINE_MODEL_DELAY", 0.02)
+OFFLINE_MODEL_DELAY = _number("OFFLINE_MODEL_DELAY", 0.02)
 
 # Longest message a user may send, in characters.
-CHAT_MAX_MESSAGE_CHARS = _env(env.int, "CHAT_MAX_MESSAGE_CHARS", 20_000)
+CHAT_MAX_MESSAGE_CHARS = _number("CHAT_MAX_MESSAGE_CHARS", 20_000, int, minimum=1)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -135,7 +185,7 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = _env(env.str, "TIME_ZONE", "UTC")
+TIME_ZONE = _time_zone("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 
@@ -147,23 +197,19 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"sessions_core": {"handlers": ["console"], "level": _env(env.str, "LOG_LEVEL", "WARNING")}},
+    "loggers": {"sessions_core": {"handlers": ["console"], "level": _log_level("LOG_LEVEL", "WARNING")}},
 }
 
 # Live replies over the websocket (chatapp/live.py).
 # Streamed text is sent to the browser in batches at most this often (seconds).
-CHAT_STREAM_BATCH_SECONDS = _env(env.float, "CHAT_STREAM_BATCH_SECONDS", 0.03)
+CHAT_STREAM_BATCH_SECONDS = _number("CHAT_STREAM_BATCH_SECONDS", 0.03)
 # Generated titles: attempts, and the first pause between them (doubled after each failure).
-CHAT_TITLE_ATTEMPTS = _env(env.int, "CHAT_TITLE_ATTEMPTS", 3)
-CHAT_TITLE_RETRY_SECONDS = _env(env.float, "CHAT_TITLE_RETRY_SECONDS", 1.0)
-if CHAT_STREAM_BATCH_SECONDS < 0 or CHAT_TITLE_ATTEMPTS < 1 or CHAT_TITLE_RETRY_SECONDS < 0:
-    raise ImproperlyConfigured("CHAT_STREAM_BATCH_SECONDS, CHAT_TITLE_ATTEMPTS and CHAT_TITLE_RETRY_SECONDS must be positive")
+CHAT_TITLE_ATTEMPTS = _number("CHAT_TITLE_ATTEMPTS", 3, int, minimum=1)
+CHAT_TITLE_RETRY_SECONDS = _number("CHAT_TITLE_RETRY_SECONDS", 1.0)
 # Stop: how long a run may take to notice the stop flag before the task reading its stream is cancelled.
-CHAT_STOP_GRACE_SECONDS = _env(env.float, "CHAT_STOP_GRACE_SECONDS", 0.25)
+CHAT_STOP_GRACE_SECONDS = _number("CHAT_STOP_GRACE_SECONDS", 0.25)
 # A page watching another process's run: how long after the run's lease expired (its process stopped
 # renewing it) the run is shown as interrupted.
 CHAT_LEASE_GRACE_SECONDS = 1.0
 # The largest chat export (JSON) a user may import, in bytes.
-CHAT_IMPORT_MAX_BYTES = _env(env.int, "CHAT_IMPORT_MAX_BYTES", 20_000_000)
-if CHAT_IMPORT_MAX_BYTES < 1:
-    raise ImproperlyConfigured("CHAT_IMPORT_MAX_BYTES must be positive")
+CHAT_IMPORT_MAX_BYTES = _number("CHAT_IMPORT_MAX_BYTES", 20_000_000, int, minimum=1)

@@ -9,33 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from datetime import timezone as dt_timezone
 
 from django.db.models import Q
 from django.utils import timezone
 
 from sessions_core.models import ChatSession
+from sessions_core.search import InvalidCursor, decode_cursor, encode_cursor
 
 PAGE_SIZE = 30
 PINNED_LIMIT = 100  # pinned sessions shown (they are few; this only bounds the query)
-
-
-def encode_cursor(session: ChatSession) -> str:
-    stamp = session.last_activity_at
-    return f"{int(stamp.timestamp()) * 1_000_000 + stamp.microsecond}.{session.pk}"
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, int] | None:
-    """(last_activity_at, id) of the last row shown, or None for a malformed cursor."""
-    micros, _, pk = (cursor or "").partition(".")
-    if not (micros.isdigit() and pk.isdigit()):
-        return None
-    seconds, micro = divmod(int(micros), 1_000_000)
-    try:
-        stamp = datetime.fromtimestamp(seconds, tz=dt_timezone.utc).replace(microsecond=micro)
-    except (OverflowError, ValueError, OSError):
-        return None
-    return stamp, int(pk)
 
 
 def date_group(moment: datetime, today: date) -> str:
@@ -70,13 +52,21 @@ class SidebarPage:
         return bool(self.rows) and self.rows[0].heading == "Today"
 
 
+def _after(cursor: str) -> tuple[datetime, int] | None:
+    """(last_activity_at, id) of the last row shown, or None for a malformed cursor (the first page)."""
+    try:
+        return decode_cursor(cursor, datetime, int)
+    except InvalidCursor:
+        return None
+
+
 def sidebar_page(user, cursor: str | None = None, page_size: int = PAGE_SIZE) -> SidebarPage:
     """One page of the user's live, unpinned sessions after `cursor` (plus the pinned ones on page one)."""
     # for_sidebar() orders by (-last_activity_at, -id): the partial indexes session_sidebar_idx and
     # session_pinned_idx (live sessions only) serve it in that order.
     sessions = ChatSession.objects.for_user(user).alive().for_sidebar()
     today = timezone.localdate()
-    after = decode_cursor(cursor) if cursor else None
+    after = _after(cursor) if cursor else None
     unpinned = sessions.filter(pinned_at__isnull=True)
     previous_group = None
     if after:
@@ -93,7 +83,8 @@ def sidebar_page(user, cursor: str | None = None, page_size: int = PAGE_SIZE) ->
         previous_group = group
     page = SidebarPage(rows, first=after is None)
     if len(found) > page_size:
-        page.next_cursor = encode_cursor(found[page_size - 1])
+        last = found[page_size - 1]
+        page.next_cursor = encode_cursor(last.last_activity_at, last.pk)
     if page.first:
         page.pinned = list(sessions.filter(pinned_at__isnull=False)[:PINNED_LIMIT])
     return page

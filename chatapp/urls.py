@@ -27,7 +27,7 @@ chat_patterns = [
     path("s/<sid:session_id>/export.json", views.session_export_json, name="session_export_json"),
     path("s/<sid:session_id>/state/edit/", views.state_edit_hx, name="state_edit_hx"),
     path("s/<sid:session_id>/state/v<int:version>/", views.state_version_hx, name="state_version_hx"),
-    path("search/", include("chatapp.search_urls")),
+    path("search/", views.search_hx, name="search_hx"),
 ]
 
 urlpatterns = [

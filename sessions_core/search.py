@@ -26,7 +26,8 @@ rename, a new message or a delete shows at once:
   first search after its run is stored. Delete and update triggers keep indexed messages in step.
 * Anything else (or SQLite built without FTS5): LIKE scans; no typo tolerance, no stemming.
 
-Snippets are HTML: the user's text is escaped and the only markup is `<mark>`.
+Snippets are data, not HTML: a `Snippet` is plain text with the (start, end) spans that matched; the
+web layer escapes the text and marks the spans.
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ from django.contrib.postgres.search import SearchHeadline, SearchQuery, TrigramW
 from django.db import connections, transaction
 from django.db.models import BooleanField, Case, F, Func, IntegerField, Q, QuerySet, Value, When
 from django.db.models.functions import Cast, Floor, Left, Length
-from django.utils.html import escape
-from django.utils.safestring import SafeString, mark_safe
 
 from .models import ChatSession, Message, Role
 from .storable import storable
@@ -64,8 +63,8 @@ MESSAGE_FTS = "sessions_core_message_fts"
 MESSAGE_FTS_MARK = "sessions_core_message_fts_mark"  # one row: messages up to this id are indexed
 NAME_TRIGRAMS = "sessions_core_chatsession_trgm"
 
-# Private-use characters mark the highlighted spans while the text is still plain text; they become
-# <mark> tags only after everything else has been escaped.
+# Private-use characters mark the highlighted spans in the text the database returns (ts_headline,
+# snippet()); `_snippet` turns them into spans. Typed by a user, they are removed first.
 _OPEN, _CLOSE = "\ue000", "\ue001"
 _SENTINELS = {ord(_OPEN): None, ord(_CLOSE): None}
 _WORD = re.compile(r"[^\W_]+")
@@ -144,10 +143,34 @@ def parse_query(raw: str) -> ParsedQuery:
 # -- results -----------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Snippet:
+    """Plain text (a title, or an excerpt of a message) and the parts of it that matched: `spans` are
+    (start, end) offsets into `text`, in order, not overlapping, never empty."""
+
+    text: str
+    spans: tuple[tuple[int, int], ...] = ()
+
+    def segments(self) -> list[tuple[str, bool]]:
+        """The text in pieces, each with whether it matched."""
+        pieces, at = [], 0
+        for start, end in self.spans:
+            if start > at:
+                pieces.append((self.text[at:start], False))
+            pieces.append((self.text[start:end], True))
+            at = end
+        if at < len(self.text):
+            pieces.append((self.text[at:], False))
+        return pieces
+
+    def __str__(self) -> str:
+        return self.text
+
+
 @dataclass
 class TitleHit:
     session: ChatSession
-    snippet: SafeString  # the name, escaped, with the matching parts in <mark>
+    snippet: Snippet  # the name, with the matching parts
     rank: int = 0  # 0: every term is in the name; 1..51: similar (typo), lower is closer
 
     @property
@@ -163,7 +186,7 @@ class MessageHit:
     seq: int
     role: str
     created_at: datetime
-    snippet: SafeString
+    snippet: Snippet
 
     @property
     def role_label(self) -> str:
@@ -196,34 +219,59 @@ class _Cursor:
     seq: int = 0
 
 
-def _micros(stamp: datetime) -> int:
+# -- keyset cursors (the sidebar's too) ----------------------------------------------------------------
+
+
+def micros(stamp: datetime) -> int:
+    """A timestamp as whole microseconds since the epoch, as cursors carry it."""
     return int(stamp.timestamp()) * 1_000_000 + stamp.microsecond
 
 
-def _stamp(micros: int) -> datetime:
-    seconds, micro = divmod(micros, 1_000_000)
-    return datetime.fromtimestamp(seconds, tz=dt_timezone.utc).replace(microsecond=micro)
+def encode_cursor(*values: str | int | datetime) -> str:
+    """Where a keyset page ended, as text: the values joined by dots, datetimes as `micros`."""
+    return ".".join(str(micros(value)) if isinstance(value, datetime) else str(value) for value in values)
 
 
-def encode_cursor(cursor: _Cursor) -> str:
+def decode_cursor(text: str, *kinds: type) -> tuple:
+    """The values of an `encode_cursor` text, read as `kinds` (str, int or datetime, one per value);
+    InvalidCursor when the text is not such a cursor."""
+    parts = (text or "").split(".")
+    if len(parts) != len(kinds):
+        raise InvalidCursor(f"Not a cursor: {text[:40]!r}")
+    values = []
+    for part, kind in zip(parts, kinds):
+        if kind is str:
+            values.append(part)
+            continue
+        if not part.isdigit():
+            raise InvalidCursor(f"Not a cursor: {text[:40]!r}")
+        if kind is datetime:
+            seconds, micro = divmod(int(part), 1_000_000)
+            try:
+                values.append(datetime.fromtimestamp(seconds, tz=dt_timezone.utc).replace(microsecond=micro))
+            except (OverflowError, ValueError, OSError):
+                raise InvalidCursor(f"Not a cursor: {text[:40]!r}") from None
+        else:
+            values.append(int(part))
+    return tuple(values)
+
+
+def _encode(cursor: _Cursor) -> str:
     if cursor.phase == "m":
-        return "m" if cursor.pk is None else f"m.{_micros(cursor.stamp)}.{cursor.pk}.{cursor.seq}"
-    return f"t.{cursor.rank}.{_micros(cursor.stamp)}.{cursor.pk}"
+        return "m" if cursor.pk is None else encode_cursor("m", cursor.stamp, cursor.pk, cursor.seq)
+    return encode_cursor("t", cursor.rank, cursor.stamp, cursor.pk)
 
 
-def decode_cursor(text: str) -> _Cursor:
-    parts = text.split(".")
-    try:
-        if parts == ["m"]:
-            return _Cursor("m")
-        if parts[0] == "m" and len(parts) == 4:
-            micros, pk, seq = (int(p) for p in parts[1:])
-            return _Cursor("m", stamp=_stamp(micros), pk=pk, seq=seq)
-        if parts[0] == "t" and len(parts) == 4:
-            rank, micros, pk = (int(p) for p in parts[1:])
-            return _Cursor("t", rank=rank, stamp=_stamp(micros), pk=pk)
-    except (ValueError, OverflowError, OSError):
-        pass
+def _decode(text: str) -> _Cursor:
+    phase = text.partition(".")[0]
+    if text == "m":
+        return _Cursor("m")
+    if phase == "m":
+        _, stamp, pk, seq = decode_cursor(text, str, datetime, int, int)
+        return _Cursor("m", stamp=stamp, pk=pk, seq=seq)
+    if phase == "t":
+        _, rank, stamp, pk = decode_cursor(text, str, int, datetime, int)
+        return _Cursor("t", rank=rank, stamp=stamp, pk=pk)
     raise InvalidCursor(f"Not a search cursor: {text[:40]!r}")
 
 
@@ -236,7 +284,7 @@ def search_sessions(user, query: str, *, limit: int = 20, cursor: str | None = N
     if limit < 1:
         raise ValueError("limit must be positive")
     parsed = parse_query(query)
-    after = decode_cursor(cursor) if cursor else None
+    after = _decode(cursor) if cursor else None
     page = SearchPage(parsed, first=after is None, continues_messages=bool(after and after.phase == "m"))
     if parsed.is_empty:
         return page
@@ -252,7 +300,7 @@ def search_sessions(user, query: str, *, limit: int = 20, cursor: str | None = N
         if len(titles) > limit:
             page.title_hits = titles[:limit]
             last = titles[limit - 1]
-            page.next_cursor = encode_cursor(
+            page.next_cursor = _encode(
                 _Cursor("t", rank=last.rank, stamp=last.session.last_activity_at, pk=last.session.pk))
             return page
         page.title_hits = titles
@@ -265,7 +313,7 @@ def search_sessions(user, query: str, *, limit: int = 20, cursor: str | None = N
     page.message_hits = messages[:room]
     if len(messages) > room:
         last = page.message_hits[-1] if room else None
-        page.next_cursor = encode_cursor(_Cursor("m", stamp=last.session.last_activity_at, pk=last.session.pk,
+        page.next_cursor = _encode(_Cursor("m", stamp=last.session.last_activity_at, pk=last.session.pk,
                                                  seq=last.seq) if last else _Cursor("m"))
     return page
 
@@ -392,7 +440,7 @@ def _similar_titles_sqlite(candidates: QuerySet, parsed: ParsedQuery, after: _Cu
         if similarity >= TITLE_SIMILARITY:
             scored.append((_similarity_rank(similarity), session))
     def key(rank: int, stamp: datetime, pk: int) -> tuple[int, int, int]:
-        return rank, -_micros(stamp), -pk
+        return rank, -micros(stamp), -pk
 
     scored.sort(key=lambda item: key(item[0], item[1].last_activity_at, item[1].pk))
     if after:
@@ -518,7 +566,7 @@ def _headlined_hits(ids: list[int], parsed: ParsedQuery, using: str) -> list[Mes
     rows = _hit_rows(ids, using).annotate(length=Length("content"), headline=headline)
     by_pk = {m.pk: m for m in rows}
     standins = str.maketrans(MARKUP_STANDINS, MARKUP_CHARS)
-    return [_hit(by_pk[pk], _marked_html(by_pk[pk].headline.translate(standins))) for pk in ids if pk in by_pk]
+    return [_hit(by_pk[pk], _snippet(by_pk[pk].headline.translate(standins))) for pk in ids if pk in by_pk]
 
 
 def _snippeted_hits(ids: list[int], match: str, using: str) -> list[MessageHit]:
@@ -533,7 +581,7 @@ def _snippeted_hits(ids: list[int], match: str, using: str) -> list[MessageHit]:
         )
         snippets = dict(cursor.fetchall())
     by_pk = {m.pk: m for m in _hit_rows(ids, using)}
-    return [_hit(by_pk[pk], _marked_html(snippets.get(pk, ""))) for pk in ids if pk in by_pk]
+    return [_hit(by_pk[pk], _snippet(snippets.get(pk, ""))) for pk in ids if pk in by_pk]
 
 
 def _unmarkup(expression):
@@ -583,7 +631,7 @@ def _hit_rows(ids: list[int], using: str) -> QuerySet:
     )
 
 
-def _hit(message: Message, snippet: SafeString) -> MessageHit:
+def _hit(message: Message, snippet: Snippet) -> MessageHit:
     return MessageHit(session=message.session, message_id=message.pk, run_id=message.run.run_id, seq=message.seq,
                       role=message.role, created_at=message.created_at, snippet=snippet)
 
@@ -596,23 +644,22 @@ def _sql(queryset: QuerySet, using: str) -> tuple[str, tuple]:
 # -- highlighting ------------------------------------------------------------------------------------
 
 
-def _marked_html(text: str) -> SafeString:
-    """Escape everything, then turn the sentinel pairs into <mark> tags (balanced whatever the input)."""
-    out, open_ = [], False
-    for piece in re.split(f"([{_OPEN}{_CLOSE}])", text):
+def _snippet(marked: str) -> Snippet:
+    """The text between the sentinel pairs of `marked` as spans (balanced whatever the input)."""
+    parts, spans, length, start = [], [], 0, None
+    for piece in re.split(f"([{_OPEN}{_CLOSE}])", marked):
         if piece == _OPEN:
-            if not open_:
-                out.append("<mark>")
-            open_ = True
+            start = length if start is None else start
         elif piece == _CLOSE:
-            if open_:
-                out.append("</mark>")
-            open_ = False
+            if start is not None and length > start:
+                spans.append((start, length))
+            start = None
         elif piece:
-            out.append(escape(piece))
-    if open_:
-        out.append("</mark>")
-    return mark_safe("".join(out))  # noqa: S308 (every piece of user text above went through escape())
+            parts.append(piece)
+            length += len(piece)
+    if start is not None and length > start:
+        spans.append((start, length))
+    return Snippet("".join(parts), tuple(spans))
 
 
 def _mark_spans(text: str, pattern: re.Pattern | None) -> str:
@@ -626,22 +673,22 @@ def _terms_pattern(terms: list[str]) -> re.Pattern | None:
     return re.compile("|".join(re.escape(t) for t in terms), re.IGNORECASE) if terms else None
 
 
-def _highlight_terms(name: str, parsed: ParsedQuery) -> SafeString:
+def _highlight_terms(name: str, parsed: ParsedQuery) -> Snippet:
     terms = [term.text for group in parsed.groups for term in group]
-    return _marked_html(_mark_spans(name.translate(_SENTINELS), _terms_pattern(terms)))
+    return _snippet(_mark_spans(name.translate(_SENTINELS), _terms_pattern(terms)))
 
 
-def _highlight_similar(name: str, query_words: list[str]) -> SafeString:
+def _highlight_similar(name: str, query_words: list[str]) -> Snippet:
     """Mark the words of a title that are close to a query word (the typo's target)."""
     def mark(match: re.Match) -> str:
         word = match.group(0)
         close = any(text_similarity(q, word) >= TITLE_SIMILARITY for q in query_words)
         return f"{_OPEN}{word}{_CLOSE}" if close else word
 
-    return _marked_html(_WORD.sub(mark, name.translate(_SENTINELS)))
+    return _snippet(_WORD.sub(mark, name.translate(_SENTINELS)))
 
 
-def _excerpt(content: str, terms: list[str], width: int = 160) -> SafeString:
+def _excerpt(content: str, terms: list[str], width: int = 160) -> Snippet:
     """A window of plain text around the first match (the LIKE fallback has no snippet function)."""
     content = content.translate(_SENTINELS)
     pattern = _terms_pattern(terms)
@@ -652,4 +699,4 @@ def _excerpt(content: str, terms: list[str], width: int = 160) -> SafeString:
         start = space + 1 if 0 <= space < start + 20 else start
     end = min(len(content), start + width)
     window = _mark_spans(content[start:end], pattern)
-    return _marked_html(("…" if start else "") + window + ("…" if end < len(content) else ""))
+    return _snippet(("…" if start else "") + window + ("…" if end < len(content) else ""))

@@ -1,4 +1,5 @@
 import os
+from contextlib import suppress
 
 import pytest
 
@@ -27,3 +28,19 @@ def _close_worker_connections(django_db_setup):
     from django.db import connections
 
     SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=10)
+
+
+def pytest_sessionfinish(session):
+    """Django drops the SQLite test database's file but not its WAL and shared-memory files
+    (`<name>-wal`, `<name>-shm`): remove them too, unless the database itself was kept (--reuse-db)."""
+    from django.conf import settings
+
+    if not settings.configured:
+        return
+    database = settings.DATABASES["default"]
+    name = database.get("TEST", {}).get("NAME")
+    if database["ENGINE"] != "django.db.backends.sqlite3" or not name or os.path.exists(name):
+        return
+    for leftover in (f"{name}-wal", f"{name}-shm"):
+        with suppress(FileNotFoundError):
+            os.remove(leftover)

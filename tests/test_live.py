@@ -1,4 +1,5 @@
-"""chatapp.live without a socket: run tasks, batching, queueing, stop, titles, what the groups receive."""
+"""chatapp.live and chatapp.titles without a socket: run tasks, batching, queueing, stop, titles, what the
+groups receive."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ import re
 import threading
 from datetime import timedelta
 
+import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.test import SimpleTestCase, TransactionTestCase, override_settings
 from django.utils import timezone
+from django.utils.safestring import SafeString
 
-from chatapp import live
-from chatapp.broadcast import oob, oob_wrap, session_group, user_group
+from chatapp import live, rendering, titles
+from chatapp.broadcast import session_group, user_group
 from chatapp.models import QueuedMessage
+from sessions_core.events import RunStartedEvent
 from sessions_core.models import ChatSession, NameSource, Run, RunStatus
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import LiveTestMixin, layer_listener, settle
@@ -31,20 +35,28 @@ def echo_reply(body: dict) -> Text:
 
 class TestFragments(SimpleTestCase):
     def test_fallback_title_cuts_at_a_word_near_forty_characters(self):
-        assert live.fallback_title("  add   milk\nand eggs ") == "add milk and eggs"
-        title = live.fallback_title("Please help me plan a weekend trip to the mountains with my family")
+        assert titles.fallback_title("  add   milk\nand eggs ") == "add milk and eggs"
+        title = titles.fallback_title("Please help me plan a weekend trip to the mountains with my family")
         assert title == "Please help me plan a weekend trip to…"
         assert len(title) <= 41
-        assert live.fallback_title("x" * 100) == "x" * 40 + "…"
+        assert titles.fallback_title("x" * 100) == "x" * 40 + "…"
 
     def test_oob_marks_the_first_element_and_keeps_the_rest(self):
-        assert oob('\n<li id="a" class="b">x</li>') == '\n<li hx-swap-oob="true" id="a" class="b">x</li>'
-        assert oob("<p>x</p>", "afterend:#y") == '<p hx-swap-oob="afterend:#y">x</p>'
-        assert oob_wrap("<b>x</b>", "beforeend:#t") == '<div hx-swap-oob="beforeend:#t"><b>x</b></div>'
+        run = Run(run_id="r1", input="hi", status=RunStatus.COMPLETED)
+        run.shown_messages = []
+        marked = rendering.render_run(run, oob="true")
+        assert '<article id="run-r1" class="run" data-status="completed" data-run-id="r1" hx-swap-oob="true">' in marked
+        assert marked.count("hx-swap-oob") == 1 and marked.replace(' hx-swap-oob="true"', "") == rendering.render_run(run)
+        assert 'hx-swap-oob="afterend:#y"' in rendering.render_run(run, oob="afterend:#y")
+        wrapped = rendering.render_oob(SafeString("<b>x</b>"), "beforeend:#t")
+        assert wrapped == '<div hx-swap-oob="beforeend:#t"><b>x</b></div>'
+        assert rendering.render_oob([SafeString("<b>x</b>"), SafeString("<i>y</i>")], "beforeend:#t") == (
+            '<div hx-swap-oob="beforeend:#t"><b>x</b><i>y</i></div>')
+        assert rendering.render_delete("li", "queued-q1") == '<li id="queued-q1" hx-swap-oob="delete"></li>'
 
     def test_streamed_text_is_escaped(self):
-        html = live.token_html("r1", '<script>alert("x")</script> & more')
-        assert html == ('<div hx-swap-oob="beforeend:#reply-r1">&lt;script&gt;alert("x")&lt;/script&gt; '
+        html = rendering.render_tokens("r1", '<script>alert("x")</script> & more')
+        assert html == ('<div hx-swap-oob="beforeend:#reply-r1">&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; '
                         "&amp; more</div>")
 
 
@@ -134,7 +146,7 @@ class TestRunTasks(LiveTaskTests):
         item = await live.submit(session, self.alice, "hello")
         assert item.shown_queued
         queued = await self.next_message(channel, lambda m: "beforeend:#queue" in m.get("html", ""))
-        assert live.QUEUED_NOTE in queued["html"]
+        assert rendering.QUEUED_NOTE in queued["html"]
         assert await live.stop(session)  # no run id yet: the stop waits for the start
         await ChatSession.objects.filter(pk=session.pk).aupdate(lease_token="", lease_expires_at=None)
         done = (await self.collect_until_done(channel))[-1]
@@ -177,7 +189,7 @@ class TestRunTasks(LiveTaskTests):
         # The SDK retries twice itself, then the engine asks again: the fourth request answers.
         self.llm.add(Error(500), Error(500), Error(500), Text("Weekend plans"))
         session = await ChatSession.objects.aget(pk=self.session.pk)
-        assert await live.generate_title(session, self.alice)
+        assert await titles.generate_title(session, self.alice)
         titled = await ChatSession.objects.aget(pk=session.pk)
         assert (titled.name, titled.name_source) == ("Weekend plans", NameSource.AUTO)
         assert len(self.llm.requests) == 4
@@ -189,7 +201,7 @@ class TestRunTasks(LiveTaskTests):
         # First round: the SDK's 3 tries x the engine's 3 attempts all fail; the fallback title stays.
         self.llm.add(*[Error(500)] * 9, Text("Weekend plans"))
         session = await ChatSession.objects.aget(pk=self.session.pk)
-        assert await live.generate_title(session, self.alice)
+        assert await titles.generate_title(session, self.alice)
         titled = await ChatSession.objects.aget(pk=session.pk)
         assert (titled.name, titled.name_source) == ("Weekend plans", NameSource.AUTO)
         assert len(self.llm.requests) == 10
@@ -197,7 +209,7 @@ class TestRunTasks(LiveTaskTests):
     async def test_a_title_for_a_session_deleted_meanwhile_gives_up_quietly(self):
         session = await ChatSession.objects.aget(pk=self.session.pk)
         await ChatSession.objects.filter(pk=session.pk).adelete()
-        assert not await live.generate_title(session, self.alice)
+        assert not await titles.generate_title(session, self.alice)
         assert self.llm.requests == []
 
     async def test_the_fallback_title_never_replaces_an_existing_name(self):
@@ -237,7 +249,7 @@ class TestStoredQueue(LiveTaskTests):
         first, second = await self.orphan("left one"), await self.orphan("left two")
         session = await ChatSession.objects.aget(pk=self.session.pk)
         channel = await self.listen(session_group(session.pk))
-        assert "left one" in live.queue_html(await live.queued(session.pk))  # the page shows them queued meanwhile
+        assert "left one" in rendering.render_queue(await live.queued(session.pk))  # the page shows them queued meanwhile
         assert await live.adopt_orphans(session)
         messages = await self.collect_until_done(channel, 2)
         await settle()
@@ -282,3 +294,19 @@ class TestStoredQueue(LiveTaskTests):
         removed = await self.next_message(channel, lambda m: 'hx-swap-oob="delete"' in m.get("html", ""))
         assert f'<li id="queued-{orphan.queued_id}" hx-swap-oob="delete">' in removed["html"]
         assert not await QueuedMessage.objects.aexists()
+
+
+@pytest.mark.django_db
+def test_a_started_run_comes_from_its_event_when_the_event_carries_the_input(django_assert_num_queries):
+    """The RunStarted fragment is the stored run's; an event with the run's input and created_at makes it
+    without reading the row back."""
+    session = make_session(make_user("carol"))
+    run = make_run(session, user_text="add <milk> & eggs", reply=None, status=RunStatus.RUNNING)
+    bare = RunStartedEvent(run_id=run.run_id, session_id=session.session_id)
+    from_db = rendering.render_run(live.started_run(session, bare))
+    carrying = RunStartedEvent(run_id=run.run_id, session_id=session.session_id)
+    carrying.input, carrying.created_at = run.input, run.created_at.timestamp()  # what the engine will send
+    with django_assert_num_queries(0):
+        started = live.started_run(session, carrying)
+        assert rendering.render_run(started) == from_db
+    assert started.created_at == run.created_at and "add &lt;milk&gt; &amp; eggs" in from_db

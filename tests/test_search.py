@@ -1,4 +1,5 @@
-"""sessions_core.search: titles then messages, highlighted and escaped, scoped to the user, always current."""
+"""sessions_core.search: titles then messages, with their matches (shown escaped and marked by chatapp),
+scoped to the user, always current."""
 
 import importlib
 import re
@@ -15,7 +16,8 @@ from django.utils import timezone
 from sessions_core import Agent, search
 from sessions_core.llm import OfflineModel
 from sessions_core.models import ChatSession, Message, Run
-from sessions_core.search import InvalidCursor, parse_query, search_sessions
+from chatapp.templatetags.search_snippets import marked
+from sessions_core.search import InvalidCursor, Snippet, parse_query, search_sessions
 from tests.factories import make_run, make_session
 
 
@@ -79,7 +81,8 @@ class TestTitlesAndContent(SearchTestCase):
         page = search_sessions(self.alice, "risotto")
         assert names(page.title_hits) == ["Risotto masterclass"]
         assert names(page.message_hits) == ["Dinner ideas", "Dinner ideas"]
-        assert str(page.title_hits[0].snippet) == "<mark>Risotto</mark> masterclass"
+        assert page.title_hits[0].snippet == Snippet("Risotto masterclass", ((0, 7),))  # data, not HTML
+        assert marked(page.title_hits[0].snippet) == "<mark>Risotto</mark> masterclass"
         assert not page.title_hits[0].fuzzy
 
     def test_a_content_hit_says_where_it_is_and_highlights_the_match(self):
@@ -88,8 +91,8 @@ class TestTitlesAndContent(SearchTestCase):
         run = make_run(session, "Which museums open on Mondays in Lisbon?", "The tile museum does.")
         [hit] = search_sessions(self.alice, "lisbon").message_hits
         assert (hit.session.pk, hit.run_id, hit.seq, hit.role) == (session.pk, run.run_id, 3, "user")
-        assert "<mark>Lisbon</mark>" in hit.snippet
-        assert tags(hit.snippet) == {"<mark>", "</mark>"}
+        assert "<mark>Lisbon</mark>" in marked(hit.snippet)
+        assert tags(marked(hit.snippet)) == {"<mark>", "</mark>"}
 
     def test_words_match_their_other_forms(self):
         session = make_session(self.alice, name="Kitchen")
@@ -101,7 +104,7 @@ class TestTitlesAndContent(SearchTestCase):
         make_run(make_session(self.alice, name="Odd"), "What is this thing on my desk?", "A stapler.")
         make_run(make_session(self.alice, name="Other"), "what about lunch", None)
         [hit] = search_sessions(self.alice, "what is this").message_hits
-        assert hit.session.name == "Odd" and "<mark>" in hit.snippet
+        assert hit.session.name == "Odd" and "<mark>" in marked(hit.snippet)
 
     def test_phrases_alternatives_and_exclusions(self):
         make_run(make_session(self.alice, name="A"), "a red car parked outside", None)
@@ -129,7 +132,7 @@ class TestTitlesAndContent(SearchTestCase):
         new = make_session(self.alice, name="New")
         make_run(new, "kiwi two", None)
         make_run(old, "kiwi three", None)  # the old session is now the most recently active
-        snippets = [str(h.snippet) for h in search_sessions(self.alice, "kiwi").message_hits]
+        snippets = [marked(h.snippet) for h in search_sessions(self.alice, "kiwi").message_hits]
         assert snippets == ["<mark>kiwi</mark> three", "<mark>kiwi</mark> one", "<mark>kiwi</mark> two"]
 
     def test_system_prompts_and_tool_output_are_not_searched(self):
@@ -154,7 +157,7 @@ class TestTypos(SearchTestCase):
         assert names(page.title_hits) == ["Recipies I misspelled myself", "Pasta recipes for winter"]
         exact, similar = page.title_hits
         assert not exact.fuzzy and similar.fuzzy
-        assert str(similar.snippet) == "Pasta <mark>recipes</mark> for winter"
+        assert marked(similar.snippet) == "Pasta <mark>recipes</mark> for winter"
 
     def test_similar_titles_page_closest_first_without_repeats(self):
         stamp = timezone.now()
@@ -183,7 +186,7 @@ class TestTypos(SearchTestCase):
         assert search_sessions(self.alice, "recipies").is_empty
         assert names(search_sessions(self.alice, "recipe").title_hits) == ["Pasta recipes for winter"]
         [hit] = search_sessions(self.alice, "gnocchi").message_hits
-        assert str(hit.snippet) == "Tell me about &lt;b&gt;<mark>gnocchi</mark>&lt;/b&gt; please"
+        assert marked(hit.snippet) == "Tell me about &lt;b&gt;<mark>gnocchi</mark>&lt;/b&gt; please"
 
 
 class TestFilters(SearchTestCase):
@@ -276,17 +279,18 @@ class TestEscaping(SearchTestCase):
         session = make_session(self.alice, name='<img src=x onerror="alert(1)"> xsstoken plans')
         make_run(session, 'look <script>alert("x")</script> xsstoken & <b>more</b>', None)
         page = search_sessions(self.alice, "xsstoken")
-        for snippet in [page.title_hits[0].snippet, page.message_hits[0].snippet]:
+        assert '<script>alert("x")</script>' in page.message_hits[0].snippet.text  # the engine returns the text
+        for snippet in [marked(page.title_hits[0].snippet), marked(page.message_hits[0].snippet)]:
             assert tags(snippet) == {"<mark>", "</mark>"}, snippet
         escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; <mark>xsstoken</mark> &amp;"
-        assert escaped in page.message_hits[0].snippet
-        assert page.title_hits[0].snippet.startswith("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;")
+        assert escaped in marked(page.message_hits[0].snippet)
+        assert marked(page.title_hits[0].snippet).startswith("&lt;img src=x onerror=&quot;alert(1)&quot;&gt;")
 
     def test_highlight_markers_typed_by_the_user_cannot_unbalance_the_markup(self):
         session = make_session(self.alice, name="Odd \ue001characters\ue000 here")
         make_run(session, "odd \ue000\ue001\ue000 characters", None)
         page = search_sessions(self.alice, "characters")
-        for snippet in [page.title_hits[0].snippet, page.message_hits[0].snippet]:
+        for snippet in [marked(page.title_hits[0].snippet), marked(page.message_hits[0].snippet)]:
             assert snippet.count("<mark>") == snippet.count("</mark>") >= 1
             assert "\ue000" not in snippet and "\ue001" not in snippet
 

@@ -1,4 +1,4 @@
-"""chatapp.search_views.search_hx: the sidebar search results fragment."""
+"""chatapp.views.search.search_hx: the sidebar search results fragment, and the `marked` filter it shows snippets with."""
 
 import re
 
@@ -6,6 +6,8 @@ from django.contrib.auth import get_user_model
 from django.test import TestCase
 from django.urls import reverse
 
+from chatapp.templatetags.search_snippets import marked
+from sessions_core.search import Snippet
 from tests.factories import make_run, make_session
 
 HX = {"HX-Request": "true"}
@@ -99,3 +101,9 @@ class TestSearchHx(TestCase):
 
     def test_post_is_not_allowed(self):
         assert self.client.post(self.url, {"q": "x"}).status_code == 405
+
+
+def test_marked_escapes_the_text_and_marks_each_span():
+    snippet = Snippet('a<b "c" & d', ((0, 1), (1, 2), (8, 9)))
+    assert marked(snippet) == "<mark>a</mark><mark>&lt;</mark>b &quot;c&quot; <mark>&amp;</mark> d"
+    assert marked(Snippet("plain")) == "plain" and marked(Snippet("")) == ""

@@ -8,7 +8,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 SETTINGS = Path(__file__).resolve().parent.parent / "chatapp" / "settings.py"
 VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "OPENAI_TIMEOUT",
-             "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "CHAT_MAX_MESSAGE_CHARS", "CHAT_TITLE_ATTEMPTS")
+             "OPENAI_MAX_RETRIES", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "CHAT_MAX_MESSAGE_CHARS",
+             "CHAT_TITLE_ATTEMPTS", "CHAT_TITLE_RETRY_SECONDS", "CHAT_STREAM_BATCH_SECONDS", "CHAT_STOP_GRACE_SECONDS",
+             "CHAT_IMPORT_MAX_BYTES", "OFFLINE_MODEL_DELAY", "TIME_ZONE", "LOG_LEVEL")
 
 
 def load(monkeypatch, **env):
@@ -52,6 +54,53 @@ def test_urls_pick_postgres_and_redis(monkeypatch):
 def test_bad_values_stop_the_start_with_a_message_naming_the_variable(monkeypatch, env, named):
     with pytest.raises(ImproperlyConfigured, match=named):
         load(monkeypatch, **env)
+
+
+@pytest.mark.parametrize("name, value", [
+    ("TIME_ZONE", "Mars/Olympus"),
+    ("TIME_ZONE", "../etc"),
+    ("LOG_LEVEL", "LOUD"),
+    ("DEBUG", "maybe"),
+    ("DEBUG", "2"),
+    ("CHAT_MAX_MESSAGE_CHARS", "0"),
+    ("CHAT_MAX_MESSAGE_CHARS", "1.5"),
+    ("OFFLINE_MODEL_DELAY", "-0.1"),
+    ("OFFLINE_MODEL_DELAY", "nan"),
+    ("OPENAI_MAX_RETRIES", "-1"),
+    ("OPENAI_TIMEOUT", "-5"),
+    ("OPENAI_TIMEOUT", "inf"),
+    ("CHAT_STOP_GRACE_SECONDS", "-1"),
+    ("CHAT_STREAM_BATCH_SECONDS", "fast"),
+    ("CHAT_TITLE_ATTEMPTS", "three"),
+    ("CHAT_TITLE_RETRY_SECONDS", "-2"),
+    ("CHAT_IMPORT_MAX_BYTES", "0"),
+    ("REDIS_URL", "localhost:6379"),
+    ("DATABASE_URL", "nosuchdb://x"),
+])
+def test_a_bad_value_is_quoted_in_the_message(monkeypatch, name, value):
+    with pytest.raises(ImproperlyConfigured) as refused:
+        load(monkeypatch, **{name: value})
+    assert name in str(refused.value) and f'"{value}"' in str(refused.value)
+
+
+def test_a_password_in_a_bad_url_is_not_repeated(monkeypatch):
+    with pytest.raises(ImproperlyConfigured) as refused:
+        load(monkeypatch, DATABASE_URL="nosuchdb://app:s3cret@db/x")
+    assert "DATABASE_URL" in str(refused.value) and "s3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize("value, expected", [("true", True), ("On", True), ("1", True), ("yes", True),
+                                             ("false", False), ("OFF", False), ("0", False), ("no", False)])
+def test_debug_takes_the_usual_true_and_false_words(monkeypatch, value, expected):
+    assert load(monkeypatch, DEBUG=value, SECRET_KEY="k").DEBUG is expected
+
+
+def test_good_values_are_read(monkeypatch):
+    settings = load(monkeypatch, TIME_ZONE="Europe/Paris", LOG_LEVEL="info", OPENAI_MAX_RETRIES="0",
+                    OFFLINE_MODEL_DELAY="0", CHAT_STOP_GRACE_SECONDS="0.5", CHAT_IMPORT_MAX_BYTES="1000")
+    assert (settings.TIME_ZONE, settings.LOGGING["loggers"]["sessions_core"]["level"]) == ("Europe/Paris", "INFO")
+    assert (settings.OPENAI_MAX_RETRIES, settings.OFFLINE_MODEL_DELAY) == (0, 0.0)
+    assert (settings.CHAT_STOP_GRACE_SECONDS, settings.CHAT_IMPORT_MAX_BYTES) == (0.5, 1000)
 
 
 def test_a_database_url_that_is_not_a_url_is_refused(monkeypatch):

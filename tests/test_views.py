@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.contrib.messages import get_messages
 from django.db import connection
 from django.test import Client, override_settings
@@ -18,6 +21,7 @@ from chatapp import urls as chat_urls
 from chatapp.assistants import reset_assistants
 from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus, StateChange
 from tests.factories import make_run, make_session, make_user
+from tests.live_support import layer_listener, settle
 from tests.llm_server import Text
 from tests.web_helpers import HX, GroupListener, WebTestCase, headings, item_ids
 
@@ -463,6 +467,8 @@ class TestDeleteUndoTrash(WebTestCase):
 
 
 class TestRegenerateTitle(WebTestCase):
+    """The view starts the title job and returns; the title reaches the user's tabs when it arrives."""
+
     @pytest.fixture(autouse=True)
     def _model(self, llm_server):
         self.llm = llm_server
@@ -471,21 +477,32 @@ class TestRegenerateTitle(WebTestCase):
             yield
         reset_assistants()
 
-    def test_it_asks_the_model_for_a_title_even_over_a_user_title(self):
-        make_run(self.session, user_text="we need milk", reply="Added milk.")
-        ChatSession.objects.filter(pk=self.session.pk).update(name_source=NameSource.USER)
-        listener = GroupListener(f"user.{self.alice.pk}")
-        self.llm.add(Text("Milk run"))
-        response = self.hx_post(reverse("chat:session_retitle_hx", args=[self.session.session_id]))
-        assert response.status_code == 200 and "Milk run" in response.content.decode()
-        self.session.refresh_from_db()
-        assert (self.session.name, self.session.name_source) == ("Milk run", NameSource.AUTO)
-        assert "we need milk" in str(self.llm.requests[-1]["messages"])
-        assert "Milk run" in listener.html()[0]
+    async def retitle(self, **headers):
+        await self.async_client.aforce_login(self.alice)
+        return await self.async_client.post(reverse("chat:session_retitle_hx", args=[self.session.session_id]),
+                                            headers=headers)
 
-    def test_retitling_does_not_move_the_session_up(self):
-        run = make_run(self.session, user_text="we need milk", reply="ok")
-        before = ChatSession.objects.get(pk=self.session.pk).last_activity_at
+    async def test_it_asks_the_model_for_a_title_even_over_a_user_title(self):
+        await sync_to_async(make_run)(self.session, user_text="we need milk", reply="Added milk.")
+        await ChatSession.objects.filter(pk=self.session.pk).aupdate(name_source=NameSource.USER)
+        channel = await layer_listener(f"user.{self.alice.pk}")
+        self.llm.add(Text("Milk run"))
+        response = await self.retitle(**HX)
+        # The row as it is now: the view does not wait for the model.
+        assert response.status_code == 200 and f'id="session-item-{self.session.pk}"' in response.content.decode()
+        pushed = await asyncio.wait_for(get_channel_layer().receive(channel), 10)
+        await settle()
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        assert (session.name, session.name_source) == ("Milk run", NameSource.AUTO)
+        assert "we need milk" in str(self.llm.requests[-1]["messages"])
+        assert "Milk run" in pushed["html"]
+
+    async def test_retitling_does_not_move_the_session_up(self):
+        run = await sync_to_async(make_run)(self.session, user_text="we need milk", reply="ok")
+        before = (await ChatSession.objects.aget(pk=self.session.pk)).last_activity_at
         self.llm.add(Text("Milk"))
-        self.client.post(reverse("chat:session_retitle_hx", args=[self.session.session_id]))
-        assert ChatSession.objects.get(pk=self.session.pk).last_activity_at == before == run.finished_at
+        await self.retitle()
+        await settle()
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        assert session.name == "Milk"  # the job ran
+        assert session.last_activity_at == before == run.finished_at

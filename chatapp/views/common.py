@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import aget_object_or_404, get_object_or_404, render
 from django.urls import Resolver404, resolve
 from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.middleware import HtmxDetails
@@ -19,12 +19,19 @@ class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
 
 
+def _sessions(user, sidebar_only: bool):
+    sessions = ChatSession.objects.for_user(user)
+    return sessions.for_sidebar() if sidebar_only else sessions
+
+
 def owned_session(request: HttpRequest, session_id: str, sidebar_only: bool = False) -> ChatSession:
     """The request user's session with this id (alive or trashed); anyone else's is a 404."""
-    sessions = ChatSession.objects.for_user(request.user)
-    if sidebar_only:
-        sessions = sessions.for_sidebar()
-    return get_object_or_404(sessions, session_id=session_id)
+    return get_object_or_404(_sessions(request.user, sidebar_only), session_id=session_id)
+
+
+async def aowned_session(request: HttpRequest, session_id: str, sidebar_only: bool = False) -> ChatSession:
+    """`owned_session` for async views."""
+    return await aget_object_or_404(_sessions(await request.auser(), sidebar_only), session_id=session_id)
 
 
 def next_url(request: HttpRequest, default: str) -> str:

@@ -6,7 +6,6 @@ user's other tabs through the user's channel group.
 
 from __future__ import annotations
 
-from asgiref.sync import async_to_sync
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
@@ -18,11 +17,11 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sessions_core.models import ChatSession, NameSource
 
-from .. import live, rendering
+from .. import rendering, titles
 from ..broadcast import broadcast_to_user
 from ..forms import RenameForm
 from ..sidebar import sidebar_page
-from .common import HtmxHttpRequest, current_session_id, is_current, next_url, owned_session
+from .common import HtmxHttpRequest, aowned_session, current_session_id, is_current, next_url, owned_session
 
 
 def _row(request: HtmxHttpRequest, session: ChatSession, status: int = 200, **extra) -> HttpResponse:
@@ -71,7 +70,7 @@ def session_pin_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     # The form says which state it wants, so two tabs clicking at once agree instead of toggling twice.
     session.pinned_at = timezone.now() if request.POST.get("pinned") == "1" else None
     session.save(update_fields=["pinned_at"])
-    broadcast_to_user(request.user.pk, rendering.render_session_list(request.user, oob=True))
+    broadcast_to_user(request.user.pk, rendering.render_session_list(request.user, oob="outerHTML"))
     return HttpResponse(_list_html(request)) if request.htmx else _back(request, session)
 
 
@@ -83,7 +82,7 @@ def session_delete_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse
     if session.deleted_at is None:
         session.deleted_at = timezone.now()
         session.save(update_fields=["deleted_at"])
-    broadcast_to_user(request.user.pk, f'<li id="session-item-{session.pk}" hx-swap-oob="delete"></li>')
+    broadcast_to_user(request.user.pk, rendering.render_delete("li", f"session-item-{session.pk}"))
     if request.htmx:
         return HttpResponse(render_to_string("chatapp/_undo_toast.html", {"s": session}, request=request))
     messages.success(request, f"Moved “{session.name or 'New chat'}” to the trash.")
@@ -97,10 +96,10 @@ def session_restore_hx(request: HtmxHttpRequest, session_id: str) -> HttpRespons
     if session.deleted_at is not None:
         session.deleted_at = None
         session.save(update_fields=["deleted_at"])
-    broadcast_to_user(request.user.pk, rendering.render_session_list(request.user, oob=True))
+    broadcast_to_user(request.user.pk, rendering.render_session_list(request.user, oob="outerHTML"))
     if not request.htmx:
         return _back(request, session)
-    toast_gone = f'<div id="toast-{session.pk}" hx-swap-oob="delete"></div>'
+    toast_gone = rendering.render_delete("div", f"toast-{session.pk}")
     if request.htmx.target == "session-list":  # the Undo toast: the refreshed list
         return HttpResponse(_list_html(request) + toast_gone)
     return HttpResponse(toast_gone)  # a trash row: removed
@@ -123,9 +122,9 @@ def session_destroy_hx(request: HtmxHttpRequest, session_id: str) -> HttpRespons
 
 @login_required
 @require_POST
-def session_retitle_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    """Regenerate the title with the model (the same job as the socket's regenerate_title, which pushes the row)."""
-    session = owned_session(request, session_id, sidebar_only=True)
-    async_to_sync(live.regenerate_title)(session, request.user)
-    session.refresh_from_db(fields=["name", "name_source"])
+async def session_retitle_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Regenerate the title with the model: the job is started and the row returned as it is now; the
+    new title reaches every tab of the user (this one too) through the user's group when it arrives."""
+    session = await aowned_session(request, session_id, sidebar_only=True)
+    titles.start_regenerate_title(session, await request.auser())
     return _row(request, session) if request.htmx else _back(request, session)

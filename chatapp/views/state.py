@@ -62,7 +62,7 @@ def state_edit_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
                       edit_version=exc.current_version)
     except StateNotJSONError as exc:
         return _panel(request, session, status=422, edit_error=str(exc), edit_text=form.data["state"])
-    broadcast_to_session(session.pk, rendering.render_state_panel(session, changed, oob=True))
+    broadcast_to_session(session.pk, rendering.render_state_panel(session, changed, oob="true"))
     if request.htmx:
         return HttpResponse(rendering.render_state_panel(session, changed))
     return redirect("chat:session", session.session_id)

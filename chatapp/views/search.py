@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -11,12 +11,14 @@ from django.views.decorators.http import require_GET
 
 from sessions_core.search import MAX_QUERY_CHARS, InvalidCursor, search_sessions
 
+from .common import HtmxHttpRequest
+
 PAGE_SIZE = 20
 
 
 @login_required
 @require_GET
-def search_hx(request: HttpRequest) -> HttpResponse:
+def search_hx(request: HtmxHttpRequest) -> HttpResponse:
     """First page (the whole results box) or, with `cursor`, the next rows to replace the "more" row."""
     text = request.GET.get("q", "").strip()[:MAX_QUERY_CHARS]
     try:

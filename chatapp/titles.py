@@ -1,0 +1,103 @@
+"""Session titles: the fallback title from the first message, and titles the model writes in the background.
+
+A generated title is a job of its own (an asyncio task kept here until it finishes, `jobs`): the run
+that asked for it, the socket or the view return at once, and every tab of the owner sees the new
+sidebar row when the title arrives (`push_session_row`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from django.conf import settings
+
+from sessions_core.errors import SessionNotFoundError, SessionOwnershipError
+from sessions_core.models import ChatSession, NameSource
+
+from . import assistants
+from .broadcast import push_session_row
+
+logger = logging.getLogger("chatapp.titles")
+
+FALLBACK_TITLE_CHARS = 40
+jobs: set[asyncio.Task] = set()  # title jobs: kept referenced until they finish
+
+
+def fallback_title(text: str, limit: int = FALLBACK_TITLE_CHARS) -> str:
+    """The first message as a title: whitespace collapsed, cut at a word near `limit` characters."""
+    words = " ".join(text.split())
+    if len(words) <= limit:
+        return words
+    cut = words[: limit + 1]
+    cut = cut.rsplit(" ", 1)[0] if " " in cut[limit // 2 :] else words[:limit]
+    return cut.rstrip(" ,.;:-") + "…"
+
+
+async def set_fallback_title(session: ChatSession, text: str) -> bool:
+    """Name an unnamed session after its first message at once; True if it was named."""
+    title = fallback_title(text)
+    if not title:
+        return False
+    updated = await ChatSession.objects.for_user(session.owner_id).filter(pk=session.pk, name="").aupdate(
+        name=title, name_source=NameSource.FALLBACK
+    )
+    if updated:
+        session.name, session.name_source = title, NameSource.FALLBACK
+    return bool(updated)
+
+
+async def generate_title(session: ChatSession, user, attempts: int | None = None) -> bool:
+    """Name the session with the model; pushes the row. Never replaces a user title.
+
+    Retried with back-off when it fails; the title write does not touch last_activity_at, so the
+    session keeps its place in the sidebar.
+    """
+    attempts = attempts or settings.CHAT_TITLE_ATTEMPTS
+    try:
+        agent = assistants.get_assistant(session.component_id)
+    except KeyError:
+        return False
+    delay = settings.CHAT_TITLE_RETRY_SECONDS
+    for attempt in range(attempts):
+        try:
+            named = await agent.aset_session_name(session_id=session.session_id, autogenerate=True, user_id=user)
+        except (SessionNotFoundError, SessionOwnershipError):
+            return False
+        except Exception:
+            logger.warning("Title for session %s failed (attempt %d)", session.session_id, attempt + 1, exc_info=True)
+        else:
+            if named.name_source != NameSource.FALLBACK:  # fallback: the model failed every time; try again
+                break
+            logger.warning("Title for session %s: the model failed (attempt %d)", session.session_id, attempt + 1)
+        if attempt + 1 == attempts:
+            return False
+        await asyncio.sleep(delay)
+        delay *= 2
+    await push_session_row(session.pk, session.owner_id)
+    return True
+
+
+async def regenerate_title(session: ChatSession, user) -> bool:
+    """The "Regenerate title" action: the user asked, so a title they typed may be replaced too."""
+    await ChatSession.objects.for_user(session.owner_id).filter(pk=session.pk, name_source=NameSource.USER).aupdate(
+        name_source=NameSource.AUTO
+    )
+    return await generate_title(session, user)
+
+
+def _start(job, session: ChatSession) -> asyncio.Task:
+    task = asyncio.create_task(job, name=f"chat-title-{session.pk}")
+    jobs.add(task)
+    task.add_done_callback(jobs.discard)
+    return task
+
+
+def start_title(session: ChatSession, user) -> asyncio.Task:
+    """`generate_title` in the background (after a session's first completed reply)."""
+    return _start(generate_title(session, user), session)
+
+
+def start_regenerate_title(session: ChatSession, user) -> asyncio.Task:
+    """`regenerate_title` in the background, so the socket stays free for Stop and the view returns at once."""
+    return _start(regenerate_title(session, user), session)
