@@ -151,17 +151,9 @@ def _render_live_run(live: LiveRun, text: str, oob: str = "true") -> str:
 
 
 def started_run(session: ChatSession, event) -> Run:
-    """The run as the engine stored it at its start, with its user message in `shown_messages`.
-
-    A RunStarted event that carries the run's `input` and `created_at` is enough; without them the row
-    and its messages are read back.
-    """
-    text = getattr(event, "input", None)
-    if text is None:
-        run = Run.objects.get(run_id=event.run_id)
-        run.shown_messages = list(run.messages.exclude(role=Role.SYSTEM).order_by("seq"))
-        return run
-    run = Run(run_id=event.run_id, session=session, input=text, status=RunStatus.RUNNING,
+    """The run as the engine stored it at its start, from its RunStarted event (which carries the run's
+    input and created_at), without reading the row back."""
+    run = Run(run_id=event.run_id, session=session, input=event.input, status=RunStatus.RUNNING,
               created_at=datetime.fromtimestamp(event.created_at, tz=UTC), model_id=getattr(event, "model", ""))
     run.shown_messages = []  # the fragment shows `input` as the user's message
     return run

@@ -302,10 +302,11 @@ def test_a_started_run_comes_from_its_event_when_the_event_carries_the_input(dja
     without reading the row back."""
     session = make_session(make_user("carol"))
     run = make_run(session, user_text="add <milk> & eggs", reply=None, status=RunStatus.RUNNING)
-    bare = RunStartedEvent(run_id=run.run_id, session_id=session.session_id)
-    from_db = rendering.render_run(live.started_run(session, bare))
-    carrying = RunStartedEvent(run_id=run.run_id, session_id=session.session_id)
-    carrying.input, carrying.created_at = run.input, run.created_at.timestamp()  # what the engine will send
+    stored = Run.objects.get(run_id=run.run_id)
+    stored.shown_messages = list(stored.messages.order_by("seq"))
+    from_db = rendering.render_run(stored)
+    carrying = RunStartedEvent(run_id=run.run_id, session_id=session.session_id, input=run.input,
+                               created_at=run.created_at.timestamp())  # what the engine sends
     with django_assert_num_queries(0):
         started = live.started_run(session, carrying)
         assert rendering.render_run(started) == from_db
