@@ -179,8 +179,8 @@ async def _to_session(session_pk: int, html: str) -> None:
 async def lease_left(session: ChatSession) -> float | None:
     """Seconds until the session's run lease expires; None when no run holds it."""
     now = timezone.now()
-    expires = await ChatSession.objects.for_user(session.owner_id).filter(
-        pk=session.pk, lease_expires_at__gt=now).values_list("lease_expires_at", flat=True).afirst()
+    expires = await (ChatSession.objects.for_user(session.owner_id).filter(pk=session.pk).leased(now)
+                     .values_list("lease_expires_at", flat=True).afirst())
     return None if expires is None else (expires - now).total_seconds()
 
 
@@ -193,10 +193,9 @@ def _settle_abandoned(session_pk: int) -> str:
     """Runs of the session still marked running whose process is gone (their lease has expired), marked
     interrupted as the session's next run would mark them; their final form for the page ("" if none)."""
     runs = Run.objects.filter(session_id=session_pk)
-    abandoned = list(runs.abandoned().values_list("pk", flat=True))  # a read first: usually there are none
+    abandoned = runs.settle_abandoned()
     if not abandoned:
         return ""
-    runs.filter(pk__in=abandoned).interrupt_abandoned()
     settled = runs.filter(pk__in=abandoned).exclude(status=RunStatus.RUNNING).order_by("pk")
     html = "".join(rendering.render_run(run, oob="true") for run in settled)
     return html and html + rendering.render_status(*INTERRUPTED_NOTE)

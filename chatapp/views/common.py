@@ -63,7 +63,7 @@ def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 2
     runs = rendering.transcript_runs(session)
     if not session.is_running and any(run.status == RunStatus.RUNNING for run in runs):
         # The process running it stopped (a restart mid-reply): it is over, and shown as interrupted.
-        Run.objects.filter(session_id=session.pk).interrupt_abandoned()
+        Run.objects.filter(session_id=session.pk).settle_abandoned()
         runs = rendering.transcript_runs(session)
     return render(request, "chatapp/session.html", {
         "session": session,
