@@ -357,7 +357,7 @@ class RunLoop:
     def child(self, config: RunConfig, input, *, step_name: str, source_prefix: str) -> RunLoop:
         """A run inside this one (a step, a member): same session, user, state and lease."""
         return RunLoop(config, input, session_id=self.session_id, user=self.user_ref, session_state=None,
-                       parent=self, step_name=step_name, source_prefix=source_prefix)
+                       parent=self, step_name=step_name, source_prefix=self.source_prefix + source_prefix)
 
     async def _child_events(self) -> AsyncIterator[BaseRunEvent]:
         root = self.root

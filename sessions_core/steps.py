@@ -185,14 +185,16 @@ class StepContext:
         tracker = self.loop.tracker
         async with tracker.lock:
             tracker.before_touch()
-            if inspect.iscoroutinefunction(fn):
-                result = await fn(*args)
-            else:
-                result = await call_sync(fn, *args)
-                if inspect.isawaitable(result):
-                    result = await result
-            tracker.working = self.loop.run_context.session_state
-            recorded = tracker.record(source, run_pk)
+            try:
+                if inspect.iscoroutinefunction(fn):
+                    result = await fn(*args)
+                else:
+                    result = await call_sync(fn, *args)
+                    if inspect.isawaitable(result):
+                        result = await result
+            finally:
+                tracker.working = self.loop.run_context.session_state
+                recorded = tracker.record(source, run_pk)
         changed = self.loop.state_changed_event(*recorded) if recorded else None
         return result, changed
 
@@ -406,24 +408,27 @@ def _function_executor(fn: Callable, step_input: StepInput, context: StepContext
         texts: list[str] = []
         async with tracker.lock:
             tracker.before_touch()
-            if inspect.isasyncgenfunction(fn):
-                async for item in call():
-                    result = _collect(item, texts, result)
-                    if isinstance(item, ev.BaseRunEvent) and context.stream_executor_events:
-                        yield item
-            elif inspect.isgeneratorfunction(fn):
-                generator = await call_sync(call)
-                done = object()
-                while (item := await call_sync(next, generator, done)) is not done:
-                    result = _collect(item, texts, result)
-                    if isinstance(item, ev.BaseRunEvent) and context.stream_executor_events:
-                        yield item
-            elif inspect.iscoroutinefunction(fn):
-                result = await call()
-            else:
-                result = await call_sync(call)
-            tracker.working = loop.run_context.session_state
-            recorded = tracker.record(f"step:{name}/function", loop.run_pk)
+            try:
+                if inspect.isasyncgenfunction(fn):
+                    async for item in call():
+                        result = _collect(item, texts, result)
+                        if isinstance(item, ev.BaseRunEvent) and context.stream_executor_events:
+                            yield item
+                elif inspect.isgeneratorfunction(fn):
+                    generator = await call_sync(call)
+                    done = object()
+                    while (item := await call_sync(next, generator, done)) is not done:
+                        result = _collect(item, texts, result)
+                        if isinstance(item, ev.BaseRunEvent) and context.stream_executor_events:
+                            yield item
+                elif inspect.iscoroutinefunction(fn):
+                    result = await call()
+                else:
+                    result = await call_sync(call)
+            finally:
+                # Recorded even when it raised: a failed step's changes are then undone like any other.
+                tracker.working = loop.run_context.session_state
+                recorded = tracker.record(f"step:{name}/function", loop.run_pk)
         if recorded:
             yield loop.state_changed_event(*recorded)
         if not isinstance(result, StepOutput):

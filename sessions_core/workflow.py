@@ -101,7 +101,7 @@ class Workflow(Component):
 
     async def _execute(self, loop: RunLoop) -> AsyncIterator:
         """The workflow run's executor: its steps, in order; the last one's content is the run's."""
-        history = await call_sync(_workflow_history, loop, self.num_history_runs) if self._wants_history() else []
+        history = await call_sync(_workflow_history, loop, self._history_window()) if self._history_window() else []
         context = StepContext(
             loop=loop, stream_executor_events=self.stream_executor_events,
             add_workflow_history=self.add_workflow_history_to_steps, num_history_runs=self.num_history_runs,
@@ -120,9 +120,13 @@ class Workflow(Component):
             loop.output.content_type = type(content).__name__
         loop.new_messages.append(ChatMessage(role=Role.ASSISTANT, content=content_text(content)))
 
-    def _wants_history(self) -> bool:
-        return self.add_workflow_history_to_steps or any(
-            getattr(step, "add_workflow_history", None) for step in _all_steps(self.steps))
+    def _history_window(self) -> int:
+        """How many earlier runs any step may be shown (0: none asks): one query reads them all."""
+        steps = _all_steps(self.steps)
+        asking = [step for step in steps if getattr(step, "add_workflow_history", None)
+                  or (self.add_workflow_history_to_steps and getattr(step, "add_workflow_history", None) is None
+                      and getattr(step, "executor_type", "function") in ("agent", "team"))]
+        return max([step.num_history_runs or self.num_history_runs for step in asking], default=0)
 
     async def _agenerate_name(self, session_id, user_id) -> tuple[str, bool]:
         """No model call (Agno's rule): the description's first 40 characters and the session's creation
