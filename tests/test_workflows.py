@@ -6,7 +6,7 @@ import threading
 
 import pydantic
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.test import TestCase, TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 
@@ -457,6 +457,8 @@ class TestConcurrency(EngineTestMixin, TransactionTestCase):
                 assert output.status == "completed", output.error
             except Exception as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
+            finally:
+                connections.close_all()  # this thread's own connection
 
         threads = [threading.Thread(target=run, args=(f"run {n}",)) for n in range(2)]
         for thread in threads:
