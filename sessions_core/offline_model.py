@@ -749,13 +749,23 @@ def _describe_list(result: str, label: str = "Your list") -> str:
     return f"{label}: {text}."
 
 
+_DETAIL_ORDER = ("priority", "status", "assignee")
+
+
+def _detail_order(key: str) -> tuple[int, str]:
+    """Priority, status and assignee first, then the other keys by name: the same order whatever the
+    database did to the keys (PostgreSQL's jsonb sorts them)."""
+    return (_DETAIL_ORDER.index(key) if key in _DETAIL_ORDER else len(_DETAIL_ORDER), key)
+
+
 def _label(item) -> str:
     """A listed item in words: a string as is, a task as 'Buy milk (low, pending)'."""
     if not isinstance(item, dict):
         return str(item)
     name = next((str(item[key]) for key in _NAME_KEYS if key in item), None)
-    details = [str(value) for key, value in item.items()
-               if key not in _NAME_KEYS and isinstance(value, (str, int, float, bool)) and key.lower() != "id"]
+    keys = sorted((key for key, value in item.items() if key not in _NAME_KEYS and key.lower() != "id"
+                   and isinstance(value, (str, int, float, bool))), key=_detail_order)
+    details = [str(item[key]) for key in keys]
     if name is None:
         return ", ".join(details)
     return f"{name} ({', '.join(details)})" if details else name
