@@ -1,8 +1,16 @@
 """The offline demo model: deterministic, no network, and able to drive the assistants' tools.
 
 It reads the user's words and the tools on offer, calls the tools a simple request needs
-("add milk and eggs", "remove eggs", "what is on my list"), then says in words what the tools did.
+("add milk and eggs", "remove eggs", "what is on my list", "add a task to call the dentist (high)",
+"mark groceries as completed"), then says in words what the tools did, from their results: a
+tool that changed nothing or failed is reported as such. As a team's model it hands the request
+to the member whose id, name or role words it names and reports the member's reply. Under a JSON
+schema it answers with JSON that fits the schema, filled from the user's words where it can.
 Summaries and titles come from the transcript in the prompt.
+
+Sections: shopping-list requests, the toolbox (tools on offer sorted into roles), the turn's plan,
+past sessions, team delegation, task tools, the report of tool results, structured output,
+summaries and titles.
 """
 
 from __future__ import annotations
@@ -16,9 +24,11 @@ from dataclasses import dataclass, field
 
 from .model_api import Model, ModelChunk, ToolCall
 
+DELEGATE_TOOL = "delegate_task_to_member"  # the Team's tool (team.py imports the agent, not this module)
+
 
 class OfflineModel(Model):
-    """A deterministic demo model: no network, but it really calls shopping-list tools."""
+    """A deterministic demo model: no network, but it really calls list, task and team tools."""
 
     id = "offline-demo"
     provider = "offline"
@@ -28,7 +38,7 @@ class OfflineModel(Model):
 
     async def astream(self, messages, tools=None, response_format=None):
         """Stream the planned reply word by word, then the tool calls."""
-        text, calls = _plan_turn(messages, tools or [])
+        text, calls = _respond(messages, tools or [], response_format)
         words = re.findall(r"\s*\S+\s*", text)
         for position, word in enumerate(words):
             if position and self.delay > 0:
@@ -51,13 +61,13 @@ class OfflineModel(Model):
         )
 
     async def acomplete(self, messages, response_format=None):
-        """Session summaries and titles from the prompt's transcript; else the plain reply."""
+        """Session summaries and titles from the prompt's transcript; else the plain (or JSON) reply."""
         schema_name = ((response_format or {}).get("json_schema") or {}).get("name")
         if schema_name == "session_summary":
             return json.dumps(_summary(messages))
         if any("at most five words" in _text(message.get("content")).lower() for message in messages):
             return _title(messages)
-        return _plan_turn(messages, [])[0]
+        return _respond(messages, [], response_format)[0]
 
 
 def _text(content) -> str:
@@ -118,62 +128,160 @@ def _items(text: str) -> list[str]:
     return [item for item in items if item]
 
 
+_EXTRA_PARAMS = {  # what the user may say besides the subject, and the words naming its parameter
+    "priority": ("priority",),
+    "status": ("status",),
+    "assignee": ("assignee", "assigned", "owner"),
+}
+_SUBJECT_PARAMS = ("name", "task", "task_name", "item", "title", "step", "step_name", "item_name")
+_TASK_NOUNS = {"task", "tasks", "step", "steps", "todo", "todos"}
+
+
+@dataclass(frozen=True)
+class _Tool:
+    """One tool on offer: its name, the string parameter naming what it acts on, and its parameters."""
+
+    name: str
+    subject: str | None = None
+    params: tuple[str, ...] = ()
+
+    def call(self, subject: str | None = None, **extras) -> tuple[str, dict]:
+        """(name, arguments): the subject, plus each extra (priority, status...) the tool has a parameter for."""
+        arguments = {self.subject: subject} if self.subject and subject is not None else {}
+        for extra, value in extras.items():
+            param = self.param(extra)
+            if param and value is not None:
+                arguments[param] = value
+        return self.name, arguments
+
+    def param(self, extra: str) -> str | None:
+        """The parameter that takes `extra` ("priority", "status", "assignee"), if the tool has one."""
+        words = _EXTRA_PARAMS[extra]
+        return next((param for param in self.params if any(word in param.lower() for word in words)), None)
+
+
 @dataclass
 class _Toolbox:
-    """The tools the offline model knows how to drive: names, or (name, argument name) pairs."""
+    """The tools the offline model knows how to drive, by role, and whether they keep tasks or a list."""
 
-    add: tuple[str, str] | None = None
-    remove: tuple[str, str] | None = None
-    clear: str | None = None
-    show: str | None = None
-    update_state: tuple[str, str] | None = None
+    add: _Tool | None = None
+    remove: _Tool | None = None
+    clear: _Tool | None = None
+    show: _Tool | None = None
+    complete: _Tool | None = None
+    clear_completed: _Tool | None = None
+    update_state: _Tool | None = None
+    tasks: bool = False  # tasks or project steps (names, priorities, statuses) rather than a shopping list
+    roles: dict[str, str] = field(default_factory=dict)  # tool name -> role
 
     @classmethod
     def of(cls, tools: list[dict]) -> "_Toolbox":
         """Sort wire-format tools into the roles the offline model understands."""
         box = cls()
-        for tool in tools:
-            function = tool.get("function") or {}
-            name = function.get("name", "")
-            lowered = name.lower()
+        for wire in tools:
+            function = wire.get("function") or {}
+            tool = _tool_of(function)
             parameters = function.get("parameters") or {}
-            required = parameters.get("required") or []
-            string_arg = _single_string_argument(parameters)
-            if lowered == "update_session_state":
-                box.update_state = (name, "session_state_updates")
-            elif "clear" in lowered:
-                box.clear = box.clear or name
-            elif "add" in lowered and string_arg:
-                box.add = box.add or (name, string_arg)
-            elif ("remove" in lowered or "delete" in lowered) and string_arg:
-                box.remove = box.remove or (name, string_arg)
-            elif ("list" in lowered or "get" in lowered) and not required:
-                box.show = box.show or name
+            role = _role(tool.name, tool.subject is not None, bool(parameters.get("required")))
+            if role and getattr(box, role) is None:
+                setattr(box, role, tool)
+            if role:
+                box.roles[tool.name] = role
+            box.tasks = box.tasks or bool(_TASK_NOUNS & set(_name_words(tool.name))) or bool(
+                tool.param("priority") or tool.param("status"))
         return box
 
+    def role(self, name: str) -> str | None:
+        """The role of a called tool: as sorted from the tools on offer, else guessed from its name."""
+        return self.roles.get(name) or _role(name, has_subject=True, has_required=False)
 
-def _single_string_argument(parameters: dict) -> str | None:
-    required = parameters.get("required") or []
-    if len(required) != 1:
-        return None
-    kind = (parameters.get("properties") or {}).get(required[0], {}).get("type", "string")
-    return required[0] if kind == "string" else None
+
+def _tool_of(function: dict) -> _Tool:
+    """A wire-format function as a _Tool: the subject is its one required string that is no extra."""
+    name = function.get("name", "")
+    if name == "update_session_state":
+        return _Tool(name, "session_state_updates", ("session_state_updates",))
+    parameters = function.get("parameters") or {}
+    properties = parameters.get("properties") or {}
+    extras = {word for words in _EXTRA_PARAMS.values() for word in words}
+    candidates = [param for param in parameters.get("required") or []
+                  if properties.get(param, {}).get("type", "string") == "string"
+                  and not any(word in param.lower() for word in extras)]
+    subject = next((param for param in candidates if param.lower() in _SUBJECT_PARAMS), None)
+    if subject is None and len(candidates) == 1:
+        subject = candidates[0]
+    return _Tool(name, subject, tuple(properties))
+
+
+_ROLE_VERBS = (  # (role, verbs in the tool's name, needs a subject); the first that fits wins
+    ("clear_completed", {"clear", "clean", "purge"}, False),
+    ("clear", {"clear", "clean", "reset", "empty"}, False),
+    ("complete", {"complete", "finish", "done", "mark", "status"}, True),
+    ("add", {"add", "create", "new", "save", "insert"}, True),
+    ("remove", {"remove", "delete", "drop"}, True),
+    ("show", {"list", "get", "show", "view", "read"}, False),
+)
+_DONE_WORDS = {"completed", "complete", "done", "finished"}
+
+
+def _role(name: str, has_subject: bool, has_required: bool) -> str | None:
+    """The role a tool's name gives it: add, remove, clear, show, complete, clear_completed, update_state."""
+    if name == "update_session_state":
+        return "update_state"
+    words = set(_name_words(name))
+    for role, verbs, needs_subject in _ROLE_VERBS:
+        if not verbs & words:
+            continue
+        if role == "clear_completed" and not _DONE_WORDS & words:
+            continue
+        if needs_subject and not has_subject:
+            continue
+        if role == "show" and has_required:
+            continue
+        return role
+    return None
+
+
+def _name_words(name: str) -> list[str]:
+    """'clear_completed_tasks' or 'clearCompletedTasks' -> ['clear', 'completed', 'tasks']."""
+    return re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower().replace("-", "_").split("_")
+
+
+def _respond(messages: list[dict], tools: list[dict], response_format: dict | None):
+    """The turn's (text, calls); a final answer under a JSON schema is JSON that fits it."""
+    text, calls = _plan_turn(messages, tools)
+    schema = _json_schema(response_format)
+    if schema is not None and not calls:
+        return json.dumps(_structured(schema, _last_user_text(messages))), []
+    return text, calls
+
+
+def _last_user_text(messages: list[dict]) -> str:
+    """What the user said last."""
+    return next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "").strip()
 
 
 def _plan_turn(messages: list[dict], tools: list[dict]) -> tuple[str, list[tuple[str, dict]]]:
     """Decide the offline model's reply: (text, [(tool name, arguments), ...])."""
-    said = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "").strip()
+    said = _last_user_text(messages)
     names = {tool.get("function", {}).get("name") for tool in tools}
     if "search_past_sessions" in names:
         memory = _plan_memory(messages, said)
         if memory is not None:
             return memory
-    if messages and messages[-1].get("role") == "tool":
-        return _report_tool_results(messages), []
+    last_is_tool = bool(messages) and messages[-1].get("role") == "tool"
+    if DELEGATE_TOOL in names and not last_is_tool:
+        return "", [_delegation(_team_members(messages), said)]
+    box = _Toolbox.of(tools)
+    if last_is_tool:
+        return _report_tool_results(messages, box), []
+    if box.tasks and (task_request := _parse_task_request(said)) is not None:
+        calls = _task_calls(task_request, box, _known_names(_session_state(messages)))
+        if calls:
+            return "", calls
     request = _parse_request(said)
     if request is None:
         return _plain_reply(said), []
-    box = _Toolbox.of(tools)
     calls = _direct_calls(request, box)
     if calls:
         return "", calls
@@ -244,6 +352,212 @@ def _first_user_line(session: dict) -> str:
     return runs[-1].get("user", "") if runs else ""
 
 
+# --- team delegation -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One line of a team's <team_members> block."""
+
+    id: str
+    name: str
+    role: str = ""
+
+
+_TEAM_MEMBERS = re.compile(r"<team_members>\s*(.*?)\s*</team_members>", re.S)
+_MEMBER_LINE = re.compile(
+    r"^\s*-\s*member_id:\s*(?P<id>[^|\n]+?)\s*\|\s*name:\s*(?P<name>[^|\n]+?)\s*(?:\|\s*role:\s*(?P<role>.*?))?\s*$",
+    re.M)
+_FUNCTION_WORDS = frozenset(
+    "a an and the to of in on at for with from by my our your me it is are be this that please can could "
+    "would will you i".split())
+
+
+def _team_members(messages: list[dict]) -> list[_Member]:
+    """The members listed in the system message's <team_members> block, in their order."""
+    for message in messages:
+        if message.get("role") != "system":
+            continue
+        block = _TEAM_MEMBERS.search(_text(message.get("content")))
+        if block:
+            return [_Member(m["id"], m["name"], m["role"] or "") for m in _MEMBER_LINE.finditer(block[1])]
+    return []
+
+
+def _delegation(members: list[_Member], said: str) -> tuple[str, dict]:
+    """The delegation call: the user's request, to the member it names best (else the first)."""
+    member = _best_member(members, said)
+    return DELEGATE_TOOL, {"member_id": member.id if member else "", "task": said}
+
+
+def _best_member(members: list[_Member], said: str) -> _Member | None:
+    """The member sharing the most words with `said` (by id, name or role); ties go to the first listed."""
+    if not members:
+        return None
+    wanted = _stems(said)
+    scores = [len(wanted & _stems(f"{m.id.replace('-', ' ')} {m.name} {m.role}")) for m in members]
+    return members[scores.index(max(scores))]
+
+
+def _stems(text: str) -> set[str]:
+    """The content words of `text`, lightly stemmed ('adds', 'added' and 'add' are one)."""
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    return {_stem(word) for word in words if word not in _FUNCTION_WORDS and len(word) > 1}
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s", "e"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def _delegation_report(arguments: dict, result: str, members: list[_Member]) -> str:
+    """The member's reply, as given, under the member's name; a failed delegation as the failure."""
+    wanted = str(arguments.get("member_id", ""))
+    member = next((m for m in members if wanted in (m.id, m.name)), None)
+    name = member.name if member else wanted or "The member"
+    if result.startswith("Error"):
+        return f"I could not hand this to {name}: {_without_error_prefix(result)}"
+    return f"{name}: {result.strip()}" if result.strip() else f"{name} gave no reply."
+
+
+# --- task tools ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _TaskRequest:
+    """What the user asked of their tasks (or a project's steps)."""
+
+    add: list[tuple[str, dict]] = field(default_factory=list)  # (name, {"priority": ..., "assignee": ...})
+    complete: list[str] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)
+    status: str = "completed"  # what `complete` sets
+    show: bool = False
+    show_status: str | None = None  # "pending", "completed", or None for all
+    clear_completed: bool = False
+
+
+_DONE = r"(?:completed?|done|finished)"
+_STATUS_WORDS = r"(?:completed?|done|finished|pending|in progress|blocked|todo|open)"
+_TASK_NOUN = r"(?:tasks?|steps?|to-?dos?)"
+_TASK_CLEAR_DONE = re.compile(rf"\b(?:clear|clean(?:\s+up)?|remove|delete|purge)\b.*\b{_DONE}\b", re.I | re.S)
+_TASK_STATUS = [
+    re.compile(rf"\b(?:mark|set)\s+(?P<items>.+?)\s+(?:as|to)\s+(?P<status>{_STATUS_WORDS})\b", re.I | re.S),
+    re.compile(r"\b(?:complete|finish|finished|completed)\s+(?P<items>.+)", re.I | re.S),
+    re.compile(rf"(?P<items>\S.*?)\s+(?:is|are)\s+(?:now\s+)?(?P<status>{_DONE})\b", re.I | re.S),
+]
+_TASK_SHOW = re.compile(
+    rf"\b(?:show|list|view|see|display|what(?:'s|’s| is| are))\b.*?\b(?:(?P<status>pending|completed|done|open)\s+)?"
+    rf"{_TASK_NOUN}\b", re.I | re.S)
+_TASK_REMOVE = re.compile(r"\b(?:delete|remove|drop|cancel)\s+(?P<items>.+)", re.I | re.S)
+_TASK_ADD = re.compile(r"\b(?:add|create|schedule)\s+(?P<items>.+)", re.I | re.S)
+_TASK_ADD_LEAD = re.compile(
+    rf"^(?:(?:a|an|the|some|one|two|three|four|five|\d+)\s+)?(?:new\s+)?{_TASK_NOUN}\b\s*"
+    r"(?:(?:to|called|named|for)\b|:)?\s*", re.I)
+_PRIORITY = re.compile(
+    r"\s*\(\s*(?P<a>low|medium|high)(?:\s+priority)?\s*\)"
+    r"|\s*,?\s*\b(?:with\s+)?(?:a\s+)?(?P<b>low|medium|high)[\s-]+priority\b"
+    r"|\s*,?\s*\bpriority\s*(?::|=|of|is)?\s*(?P<c>low|medium|high)\b", re.I)
+_ASSIGNEE = re.compile(r"\s*,?\s*\b(?:assigned\s+to|assign\s+(?:it\s+)?to|owned\s+by)\s+(?P<who>[A-Za-z][\w-]*)", re.I)
+_TASK_WHERE = re.compile(rf"\s+(?:from|to|in|on|off)\s+(?:my|the)\s+(?:\w+\s+)?{_TASK_NOUN}(?:\s+list)?\b.*$", re.I | re.S)
+_TASK_NOUN_EDGES = re.compile(rf"^(?:{_TASK_NOUN}\s+)|(?:\s+{_TASK_NOUN})$", re.I)
+
+
+def _parse_task_request(text: str) -> _TaskRequest | None:
+    """Read a request about tasks or project steps from the user's words, or None if it is not one."""
+    if _TASK_CLEAR_DONE.search(text):
+        return _TaskRequest(clear_completed=True)
+    if match := _TASK_SHOW.search(text):
+        status = match["status"] and _status_word(match["status"].lower())
+        return _TaskRequest(show=True, show_status=status)
+    for pattern in _TASK_STATUS:
+        if match := pattern.search(text):
+            status = (match.groupdict().get("status") or "completed").lower()
+            return _TaskRequest(complete=_task_names(match["items"]), status=_status_word(status))
+    if match := _TASK_REMOVE.search(text):
+        return _TaskRequest(remove=_task_names(match["items"]))
+    if match := _TASK_ADD.search(text):
+        return _TaskRequest(add=[_task_details(part) for part in _task_parts(match["items"])])
+    return None
+
+
+def _status_word(status: str) -> str:
+    """'done', 'finished' and 'complete' are 'completed'; other statuses stay as said."""
+    return "completed" if re.fullmatch(_DONE, status) else status
+
+
+def _task_parts(text: str) -> list[str]:
+    """The comma/and-separated parts of a list of tasks, without the words leading in ('a task to')."""
+    text = _TASK_ADD_LEAD.sub("", _PLEASE.sub("", text.strip().strip(" .!?")))
+    return [part.strip(" .!?") for part in _SEPARATORS.split(text) if part.strip(" .!?")]
+
+
+def _task_details(part: str) -> tuple[str, dict]:
+    """'review the proposal with high priority' -> ('Review the proposal', {'priority': 'high'})."""
+    details = {}
+    if match := _PRIORITY.search(part):
+        details["priority"] = (match["a"] or match["b"] or match["c"]).lower()
+        part = part[: match.start()] + part[match.end():]
+    if match := _ASSIGNEE.search(part):
+        details["assignee"] = match["who"]
+        part = part[: match.start()] + part[match.end():]
+    name = _ARTICLE.sub("", _TASK_WHERE.sub("", part).strip(" ,.!?"))
+    return name[:1].upper() + name[1:], details
+
+
+def _task_names(text: str) -> list[str]:
+    """'the Write Tests step and groceries from my tasks' -> ['Write Tests', 'groceries']."""
+    text = _PLEASE.sub("", _TASK_WHERE.sub("", text.strip()).strip(" .!?"))
+    names = (_TASK_NOUN_EDGES.sub("", _ARTICLE.sub("", part.strip(" .!?"))) for part in _SEPARATORS.split(text))
+    return [name.strip() for name in names if name.strip()]
+
+
+def _task_calls(request: _TaskRequest, box: _Toolbox, known: list[str]) -> list[tuple[str, dict]]:
+    """Calls of the task tools for `request`, or [] when a tool it needs is not on offer."""
+    if request.clear_completed:
+        return [box.clear_completed.call()] if box.clear_completed else []
+    if request.complete:
+        tool = box.complete
+        if tool is None or (request.status != "completed" and not tool.param("status")):
+            return []
+        return [tool.call(_known_name(name, known), status=request.status) for name in request.complete]
+    if request.show:
+        return [box.show.call(status=request.show_status)] if box.show else []
+    if request.remove:
+        return [box.remove.call(_known_name(name, known)) for name in request.remove] if box.remove else []
+    if request.add and box.add:
+        default = {"priority": "medium"} if box.add.param("priority") else {}
+        return [box.add.call(name, **{**default, **details}) for name, details in request.add]
+    return []
+
+
+_NAME_KEYS = ("name", "title", "task", "task_name", "step_name", "item")
+
+
+def _known_names(state: dict) -> list[str]:
+    """The names of the things kept in the state shown to the model (task or step names, list items)."""
+    names = []
+    for value in state.values():
+        for entry in value if isinstance(value, list) else []:
+            if isinstance(entry, str):
+                names.append(entry)
+            elif isinstance(entry, dict):
+                names += [str(entry[key]) for key in _NAME_KEYS if isinstance(entry.get(key), str)][:1]
+    return names
+
+
+def _known_name(said: str, known: list[str]) -> str:
+    """The known name the user meant ('groceries' -> 'Buy groceries'), else the words as said."""
+    lowered, stems = said.lower(), _stems(said)
+    for matches in (lambda name: name.lower() == lowered, lambda name: lowered in name.lower(),
+                    lambda name: bool(stems) and stems <= _stems(name)):
+        found = next((name for name in known if matches(name)), None)
+        if found is not None:
+            return found
+    return said
+
+
 def _plain_reply(said: str) -> str:
     if not said:
         return "I'm the offline demo model. Type a message and I'll echo it back."
@@ -263,14 +577,14 @@ def _direct_calls(request: _ListRequest, box: _Toolbox) -> list[tuple[str, dict]
     ]
     if any(wanted and not tool for wanted, tool in needed):
         return []
-    calls = [(box.clear, {})] if request.clear else []
-    calls += [(box.remove[0], {box.remove[1]: item}) for item in request.remove]
-    calls += [(box.add[0], {box.add[1]: item}) for item in request.add]
-    calls += [(box.show, {})] if request.show else []
+    calls = [box.clear.call()] if request.clear else []
+    calls += [box.remove.call(item) for item in request.remove]
+    calls += [box.add.call(item) for item in request.add]
+    calls += [box.show.call()] if request.show else []
     return calls
 
 
-def _update_state(request: _ListRequest, tool: tuple[str, str], state: dict):
+def _update_state(request: _ListRequest, tool: _Tool, state: dict):
     """Agentic state: answer a question from the state, or write the new list in one call."""
     current = state.get("shopping_list")
     items = [] if request.clear or not isinstance(current, list) else list(current)
@@ -281,7 +595,7 @@ def _update_state(request: _ListRequest, tool: tuple[str, str], state: dict):
     for item in request.add:
         if item.lower() not in {str(existing).lower() for existing in items}:
             items.append(item)
-    return "", [(tool[0], {tool[1]: {"shopping_list": items}})]
+    return "", [tool.call({"shopping_list": items})]
 
 
 _SESSION_STATE = re.compile(r"<session_state>\s*(.*?)\s*</session_state>", re.S)
@@ -304,39 +618,105 @@ def _session_state(messages: list[dict]) -> dict:
     return {}
 
 
-def _report_tool_results(messages: list[dict]) -> str:
-    """Say in words what this turn's tool calls did, from their arguments and results."""
+@dataclass
+class _Report:
+    """What this turn's tool calls did, gathered by kind, to be said in that order."""
+
+    cleared: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    completed: list[str] = field(default_factory=list)
+    sentences: list[str] = field(default_factory=list)  # what did not fit the lists above, in call order
+    shown: list[str] = field(default_factory=list)
+
+    def text(self, tasks: bool) -> str:
+        """The report in words; 'Done.' when there is nothing to say."""
+        where = "" if tasks else " to your list"
+        parts = self.cleared + ([f"Removed {_phrase(self.removed)}."] if self.removed else [])
+        parts += [f"Added {_phrase(self.added)}{where}."] if self.added else []
+        parts += self.completed + self.sentences + self.shown
+        return " ".join(parts) or "Done."
+
+
+def _report_tool_results(messages: list[dict], box: _Toolbox) -> str:
+    """Say in words what this turn's tool calls did, from their arguments and results: a call whose result
+    says it failed or changed nothing is reported as such, never as done."""
     turn = next(
         (index for index in range(len(messages) - 1, -1, -1) if messages[index].get("tool_calls")), None
     )
     if turn is None:
         return "Done."
     results = {m.get("tool_call_id"): _text(m.get("content")) for m in messages[turn + 1 :] if m.get("role") == "tool"}
-    cleared, removed, added, sentences, shown = [], [], [], [], []
+    report = _Report()
     for call in messages[turn]["tool_calls"]:
         name = call["function"]["name"]
         arguments = _json_object(call["function"].get("arguments"))
         result = results.get(call.get("id"), "")
-        lowered = name.lower()
-        if result.lower().startswith("error"):
-            sentences.append(f"{name} failed: {result.rstrip('.')}.")
-        elif lowered == "update_session_state":
-            updates = arguments.get("session_state_updates")
-            items = updates.get("shopping_list") if isinstance(updates, dict) else None
-            sentences.append(f"Your list now: {_phrase(items)}." if items else "Your list is now empty.")
-        elif "clear" in lowered:
-            cleared = ["Cleared your list."]
-        elif "add" in lowered:
-            added += [value for value in arguments.values() if isinstance(value, str)]
-        elif "remove" in lowered or "delete" in lowered:
-            removed += [value for value in arguments.values() if isinstance(value, str)]
-        elif "list" in lowered or "get" in lowered:
-            shown.append(_describe_list(result))
+        if name == DELEGATE_TOOL:
+            report.sentences.append(_delegation_report(arguments, result, _team_members(messages)))
+        elif _failed(result, box.role(name)):
+            report.sentences.append(f"{name} failed: {_sentence(_without_error_prefix(result))}")
+        elif _unchanged(result, box.role(name)):
+            report.sentences.append(_sentence(result))
         else:
-            sentences.append(f"{name} returned: {result.rstrip('.')}.")
-    removed = [f"Removed {_phrase(removed)}."] if removed else []
-    added = [f"Added {_phrase(added)} to your list."] if added else []
-    return " ".join(cleared + removed + added + sentences + shown) or "Done."
+            _report_success(report, box.role(name), name, arguments, result, box.tasks)
+    return report.text(box.tasks)
+
+
+def _report_success(report: _Report, role: str | None, name: str, arguments: dict, result: str,
+                    tasks: bool) -> None:
+    """Add a call that did what it was asked to the report, in the words of its role."""
+    subject = next((value for value in arguments.values() if isinstance(value, str)), "")
+    if role == "update_state":
+        updates = arguments.get("session_state_updates")
+        items = updates.get("shopping_list") if isinstance(updates, dict) else None
+        report.sentences.append(f"Your list now: {_phrase(items)}." if items else "Your list is now empty.")
+    elif role == "clear":
+        report.cleared = ["Cleared your tasks." if tasks else "Cleared your list."]
+    elif role == "clear_completed":
+        report.cleared = ["Cleared the completed tasks."]
+    elif role == "add":
+        priority = next((value for key, value in arguments.items() if "priority" in key.lower()), None)
+        report.added.append(f"{subject} ({priority} priority)" if tasks and priority else subject)
+    elif role == "remove":
+        report.removed.append(subject)
+    elif role == "complete":
+        status = next((value for key, value in arguments.items() if "status" in key.lower()), "completed")
+        report.completed.append(f"Marked {subject} as {status}.")
+    elif role == "show":
+        report.shown.append(_describe_list(result, "Your tasks" if tasks else "Your list"))
+    else:
+        report.sentences.append(f"{name} returned: {result.rstrip('.')}.")
+
+
+_FAILED = re.compile(
+    r"^\s*error\b|\bnot found\b|\bnot on (?:the|your) list\b|\bno such\b|\b(?:does not|doesn't) exist\b"
+    r"|\bcould not\b|\bcouldn't\b|\bcannot\b|\bfailed\b", re.I)
+_UNCHANGED = re.compile(r"\balready\b|\bnothing to\b|\bno changes?\b", re.I)
+
+
+def _failed(result: str, role: str | None) -> bool:
+    """Whether a tool's result says it failed (an error, or what it was to act on was not found); a list's
+    result only by starting with 'Error', since what it lists may say anything."""
+    if role == "show":
+        return result.lstrip().lower().startswith("error")
+    return bool(_FAILED.search(result))
+
+
+def _unchanged(result: str, role: str | None) -> bool:
+    """Whether a change's result says it changed nothing ('apples is already on the list.')."""
+    return role != "show" and bool(_UNCHANGED.search(result))
+
+
+def _without_error_prefix(result: str) -> str:
+    return re.sub(r"^\s*error\s*:\s*", "", result.strip(), flags=re.I)
+
+
+def _sentence(text: str) -> str:
+    """`text` as one sentence: stripped, capitalised, ending with a full stop unless it has its own mark."""
+    text = text.strip()
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else f"{text}."
 
 
 def _json_object(text) -> dict:
@@ -347,25 +727,163 @@ def _json_object(text) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _describe_list(result: str) -> str:
-    """'Your list: milk, bread.' from a list tool's result, JSON or plain text."""
+def _describe_list(result: str, label: str = "Your list") -> str:
+    """'Your list: milk, bread.' from a list tool's result, JSON or plain text; tasks with their details."""
     try:
         value = json.loads(result)
     except ValueError:
         value = result
     if isinstance(value, dict):
         value = next((v for v in value.values() if isinstance(v, list)), value)
+    empty = "Your list is empty." if label == "Your list" else "There are no tasks."
     if isinstance(value, list):
-        return f"Your list: {_phrase(value)}." if value else "Your list is empty."
+        return f"{label}: {_phrase([_label(item) for item in value])}." if value else empty
     text = str(value).strip().rstrip(".")
     if not text:
-        return "Your list is empty."
-    label, colon, items = text.partition(":")
-    if colon and items.strip() and len(label) <= 40:  # "Shopping list: milk, bread": the items after the label
-        return f"Your list: {items.strip()}."
+        return empty
+    head, colon, items = text.partition(":")
+    if colon and items.strip() and len(head) <= 40:  # "Shopping list: milk, bread": the items after the label
+        return f"{label}: {items.strip()}."
     if "," not in text and len(text.split()) > 2:  # a sentence of the tool's own ("The list is empty.")
         return f"{text}."
-    return f"Your list: {text}."
+    return f"{label}: {text}."
+
+
+_DETAIL_ORDER = ("priority", "status", "assignee")
+
+
+def _detail_order(key: str) -> tuple[int, str]:
+    """Priority, status and assignee first, then the other keys by name: the same order whatever the
+    database did to the keys (PostgreSQL's jsonb sorts them)."""
+    return (_DETAIL_ORDER.index(key) if key in _DETAIL_ORDER else len(_DETAIL_ORDER), key)
+
+
+def _label(item) -> str:
+    """A listed item in words: a string as is, a task as 'Buy milk (low, pending)'."""
+    if not isinstance(item, dict):
+        return str(item)
+    name = next((str(item[key]) for key in _NAME_KEYS if key in item), None)
+    keys = sorted((key for key, value in item.items() if key not in _NAME_KEYS and key.lower() != "id"
+                   and isinstance(value, (str, int, float, bool))), key=_detail_order)
+    details = [str(item[key]) for key in keys]
+    if name is None:
+        return ", ".join(details)
+    return f"{name} ({', '.join(details)})" if details else name
+
+
+# --- structured output ---------------------------------------------------------------------------
+
+
+def _json_schema(response_format: dict | None) -> dict | None:
+    """The JSON schema a reply must follow, if `response_format` asks for one."""
+    if not response_format or response_format.get("type") != "json_schema":
+        return None
+    schema = (response_format.get("json_schema") or {}).get("schema")
+    return schema if isinstance(schema, dict) else None
+
+
+def _structured(schema: dict, said: str) -> object:
+    """A value fitting `schema` (pydantic's JSON schema of a simple model), filled from the user's words."""
+    return _fill(schema, schema.get("$defs") or {}, said, "")
+
+
+def _fill(node: dict, defs: dict, said: str, field_name: str):
+    """The value of one schema node: objects field by field, enums and strings from `said`, else zeros."""
+    node = _resolved(node, defs)
+    if "const" in node:
+        return node["const"]
+    if "enum" in node:
+        return _enum_choice(node, said)
+    kind = node.get("type")
+    if kind == "object":
+        return {name: _fill(sub, defs, said, name) for name, sub in (node.get("properties") or {}).items()}
+    if kind == "array":
+        items = _resolved(node.get("items") or {}, defs)
+        return _salient_words(said)[:3] if items.get("type") == "string" and "enum" not in items else []
+    if kind == "string":
+        return _string_field(field_name, said)
+    if kind in ("number", "integer"):
+        return 0
+    if kind == "boolean":
+        return False
+    return None
+
+
+def _resolved(node: dict, defs: dict) -> dict:
+    """`node` with a `$ref` followed and an Optional's `anyOf` reduced to its first non-null choice."""
+    while True:
+        if "$ref" in node:
+            node = {**defs.get(node["$ref"].rsplit("/", 1)[-1], {}), **{k: v for k, v in node.items() if k != "$ref"}}
+        elif choices := node.get("anyOf") or node.get("oneOf") or node.get("allOf"):
+            chosen = next((choice for choice in choices if choice.get("type") != "null"), choices[0])
+            node = {**{k: v for k, v in node.items() if k not in ("anyOf", "oneOf", "allOf")}, **chosen}
+        else:
+            return node
+
+
+def _enum_choice(node: dict, said: str):
+    """The enum value the user's words name ('applied'), else the field's default, else the first value."""
+    lowered = said.lower()
+    for value in node["enum"]:
+        if isinstance(value, str) and re.search(rf"\b{re.escape(value.lower().replace('_', ' '))}\b", lowered):
+            return value
+    return node.get("default", node["enum"][0])
+
+
+_SAID_FIELDS = {"text", "message", "query", "content", "input", "request", "task", "question", "topic", "subject"}
+_NOTE_FIELDS = {"notes", "note", "summary", "comment", "comments", "explanation", "reasoning", "description"}
+_COMPANY = re.compile(r"\b(?:to|at|with|for|from|by)\s+(?P<value>[A-Z][\w&.-]*(?:\s+[A-Z][\w&.-]*)*)")
+_JOB = re.compile(r"\b(?P<value>(?:[\w-]+\s+){1,3}?)(?:role|position|job|opening)\b|\bas\s+an?\s+(?P<as>[\w-]+(?:\s+[\w-]+)?)", re.I)
+_STATUS = re.compile(r"\b(?P<value>applied|interview(?:ing)?(?:\s+scheduled)?|offer(?:ed)?|rejected|accepted|hired"
+                     r"|pending|in progress|completed|done)\b", re.I)
+_PRIORITY_WORD = re.compile(r"\b(?P<value>low|medium|high)\b", re.I)
+_PROPER_NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b(?P<value>(?!I\b)[A-Z][\w&.-]*(?:\s+[A-Z][\w&.-]*)*)")
+_STRING_FIELDS = (  # (words in a field's name, what fills it); the first that fits wins
+    (("company", "organization", "organisation", "employer", "org"), _COMPANY),
+    (("role", "position", "job", "title"), _JOB),
+    (("status", "stage", "state"), _STATUS),
+    (("priority",), _PRIORITY_WORD),
+    (("name", "person", "who"), _PROPER_NAME),
+)
+
+
+def _string_field(field_name: str, said: str) -> str:
+    """A string field from the user's words: by what its name says it holds, else the words themselves;
+    a notes or summary field says the offline model filled it in."""
+    words = set(_name_words(field_name))
+    if words & _NOTE_FIELDS:
+        return f'Filled in by the offline demo model from your words: "{said}".'
+    for names, pattern in _STRING_FIELDS:
+        if words & set(names):
+            return _first_value(pattern, said)
+    return said if words & _SAID_FIELDS else ""
+
+
+def _first_value(pattern: re.Pattern, said: str) -> str:
+    """The first match's value in `said`; for a job, only the words just before 'role' that name it."""
+    for match in pattern.finditer(said):
+        value = match.groupdict().get("as") or match["value"] or ""
+        if pattern is _JOB and not match.groupdict().get("as"):
+            value = " ".join(_trailing_content_words(value.split()))
+        if value.strip():
+            return value.strip()
+    return ""
+
+
+def _trailing_content_words(words: list[str]) -> list[str]:
+    """The last words before the first function word from the end: 'for a backend engineer' -> backend engineer."""
+    kept = []
+    for word in reversed(words):
+        if word.lower() in _FUNCTION_WORDS:
+            break
+        kept.insert(0, word)
+    return kept
+
+
+def _salient_words(text: str) -> list[str]:
+    """The words of `text` that say the most (not stopwords), most frequent first, then first seen."""
+    words = re.findall(r"[a-z][a-z'’]+", text.lower())
+    return [word for word, _ in Counter(w for w in words if len(w) > 2 and w not in _STOPWORDS).most_common()]
 
 
 _USER_LINE = re.compile(r"^\s*user:\s*(.+?)\s*$", re.I | re.M)
@@ -388,12 +906,10 @@ def _summary(messages: list[dict]) -> dict:
     lines = _user_lines(messages)
     if not lines:
         return {"summary": "The user has not said anything yet.", "topics": []}
-    words = re.findall(r"[a-z][a-z'’]+", " ".join(lines).lower())
-    salient = Counter(word for word in words if len(word) > 2 and word not in _STOPWORDS)
     # most_common keeps first-seen order among equal counts, so topics stay deterministic.
     return {
         "summary": "The user said: " + _phrase([f'"{line}"' for line in lines]) + ".",
-        "topics": [word for word, _ in salient.most_common(5)],
+        "topics": _salient_words(" ".join(lines))[:5],
     }
 
 
