@@ -14,12 +14,13 @@ what is on the list as a question only).
 
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent
+from sessions_core import Agent, SqliteDb
 
 
 def main() -> dict:
     agent = Agent(
         model=example_model(),
+        db=SqliteDb(db_file="tmp/agents.db"),
         session_state={"shopping_list": []},
         add_session_state_to_context=True,  # the model must see the state to edit it
         enable_agentic_state=True,

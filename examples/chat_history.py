@@ -7,11 +7,18 @@ has a fixed session id and history on; after each of two turns the script prints
     .venv/bin/python examples/chat_history.py
 """
 
+import os
+
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent
+from sessions_core import Agent, PostgresDb
 
 SESSION_ID = "chat_history"
+
+
+def db_url() -> str:
+    """Agno's example server (docker, port 5532), or the PostgreSQL that PG_URL names."""
+    return os.environ.get("PG_URL", "postgresql+psycopg://ai:ai@localhost:5532/ai")
 
 
 def print_history(messages) -> None:
@@ -23,6 +30,7 @@ def print_history(messages) -> None:
 def main() -> list:
     agent = Agent(
         model=example_model(),
+        db=PostgresDb(db_url=db_url(), session_table="sessions"),
         session_id=SESSION_ID,
         instructions="You are a helpful assistant that can answer questions about space and oceans.",
         add_history_to_context=True,

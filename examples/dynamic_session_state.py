@@ -22,7 +22,7 @@ from typing import Any
 
 from _model import example_model, is_offline  # puts the project on sys.path
 
-from sessions_core import Agent, RunContext, Toolkit
+from sessions_core import Agent, InMemoryDb, RunContext, Toolkit
 
 # Every time the real tool body ran (it never should).
 TOOL_BODY_CALLS: list[dict] = []
@@ -70,6 +70,7 @@ def main() -> dict:
     model = example_model()
     agent = Agent(
         model=model,
+        db=InMemoryDb(),
         tools=[CustomerDBTools()],
         tool_hooks=[customer_management_hook],
         session_state={"customer_profiles": {"123": {"name": "Jane Doe"}}},

@@ -12,22 +12,29 @@ import asyncio
 
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent, SessionNotFoundError
+from sessions_core import Agent, AsyncSqliteDb, SessionNotFoundError
 
+# The cookbook's session ids: distinct from session_state_multiple_users' (user_1_session_1 is john_doe's).
 SESSIONS = {
-    "user_1": [("user_1_session_1", "What is the capital of South Africa?"),
-               ("user_1_session_2", "What is the capital of China?"),
-               ("user_1_session_3", "What is the capital of France?")],
-    "user_2": [("user_2_session_1", "What is the population of India?"),
-               ("user_2_session_2", "What is the currency of Japan?")],
+    "user_1": [("user1_session_1", "What is the capital of South Africa?"),
+               ("user1_session_2", "What is the capital of China?"),
+               ("user1_session_3", "What is the capital of France?")],
+    "user_2": [("user2_session_1", "What is the population of India?"),
+               ("user2_session_2", "What is the currency of Japan?")],
 }
+NEW_SESSION = {"user_1": "user1_session_4", "user_2": "user2_session_3"}
 
 
 async def main() -> dict:
-    agent = Agent(model=example_model(), search_past_sessions=True, num_past_sessions_to_search=2)
+    agent = Agent(
+        model=example_model(),
+        db=AsyncSqliteDb(db_file="tmp/data.db"),
+        search_past_sessions=True,
+        num_past_sessions_to_search=2,
+    )
     answers = {}
     for user, sessions in SESSIONS.items():
-        for session_id in [sid for sid, _ in sessions] + [f"{user}_new"]:
+        for session_id in [sid for sid, _ in sessions] + [NEW_SESSION[user]]:
             try:
                 await agent.adelete_session(session_id=session_id, user_id=user)  # start fresh each run
             except SessionNotFoundError:
@@ -35,7 +42,7 @@ async def main() -> dict:
         for session_id, question in sessions:
             await agent.arun(question, session_id=session_id, user_id=user)
     for user in SESSIONS:
-        output = await agent.arun("What did we discuss in our previous sessions?", session_id=f"{user}_new",
+        output = await agent.arun("What did we discuss in our previous sessions?", session_id=NEW_SESSION[user],
                                   user_id=user)
         answers[user] = output
         print(f"{user}:", output.content)

@@ -7,16 +7,24 @@ one more: the stored chat history grows by 2 messages per run of the script.
     .venv/bin/python examples/persistent_session.py   # twice
 """
 
+import os
+
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent
+from sessions_core import Agent, PostgresDb
 
 SESSION_ID = "session_storage"
+
+
+def db_url() -> str:
+    """Agno's example server (docker, port 5532), or the PostgreSQL that PG_URL names."""
+    return os.environ.get("PG_URL", "postgresql+psycopg://ai:ai@localhost:5532/ai")
 
 
 def main() -> list:
     agent = Agent(
         model=example_model(),
+        db=PostgresDb(db_url=db_url(), session_table="sessions"),
         session_id=SESSION_ID,
         add_history_to_context=True,
     )

@@ -12,7 +12,7 @@ import asyncio
 
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent, SessionNotFoundError
+from sessions_core import Agent, AsyncSqliteDb, SessionNotFoundError
 
 EARLIER = [
     ("session_space", "Tell me about black holes and how they form."),
@@ -25,6 +25,7 @@ async def main() -> dict:
     agent = Agent(
         name="Memory",
         model=example_model(),
+        db=AsyncSqliteDb(db_file="tmp/agent_session_history.db"),
         search_past_sessions=True,
         num_past_sessions_to_search=10,
         instructions="You can look up earlier conversations with the user when they refer to them.",

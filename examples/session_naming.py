@@ -8,13 +8,13 @@ replaces a name the user set.
 
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent
+from sessions_core import Agent, SqliteDb
 
 SESSION_ID = "session_naming"
 
 
 def main() -> dict:
-    agent = Agent(model=example_model(), session_id=SESSION_ID, user_id="john")
+    agent = Agent(model=example_model(), db=SqliteDb(db_file="tmp/agents.db"), session_id=SESSION_ID, user_id="john")
     try:
         agent.delete_session()  # start fresh each time the script runs
     except Exception:

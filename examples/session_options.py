@@ -10,12 +10,13 @@ read back from the database has none.
 
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent
+from sessions_core import Agent, SqliteDb
 
 
 def main() -> dict:
     agent = Agent(
         model=example_model(),
+        db=SqliteDb(db_file="tmp/example_no_history.db"),
         add_history_to_context=True,  # use history during the run
         num_history_runs=3,
         store_history_messages=False,  # do not store copies of it with the run

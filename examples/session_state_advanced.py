@@ -17,7 +17,7 @@ from textwrap import dedent
 
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent, RunContext
+from sessions_core import Agent, SqliteDb, RunContext
 
 
 def add_item(run_context: RunContext, item: str) -> str:
@@ -65,6 +65,7 @@ PROMPTS = [
 def main() -> dict:
     agent = Agent(
         model=example_model(),
+        db=SqliteDb(db_file="tmp/example.db"),
         session_state={"shopping_list": []},
         tools=[add_item, remove_item, list_items, clear_list],
         instructions=dedent("""\

@@ -9,7 +9,7 @@ One turn adds milk, eggs and bread; the run's own state equals the stored state.
 
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent, RunContext
+from sessions_core import Agent, SqliteDb, RunContext
 
 
 def add_item(run_context: RunContext, item: str) -> str:
@@ -23,6 +23,7 @@ def add_item(run_context: RunContext, item: str) -> str:
 def main() -> dict:
     agent = Agent(
         model=example_model(),
+        db=SqliteDb(db_file="tmp/agents.db"),
         session_state={"shopping_list": []},  # the default state of every new session
         tools=[add_item],
         instructions="Current state (shopping list) is: {shopping_list}",  # filled from the state

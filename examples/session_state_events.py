@@ -9,7 +9,7 @@ the state; the RunCompleted event holds the final state.
 
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent, RunCompletedEvent, RunContext, StateChangedEvent
+from sessions_core import Agent, SqliteDb, RunCompletedEvent, RunContext, StateChangedEvent
 
 
 def add_item(run_context: RunContext, item: str) -> str:
@@ -21,6 +21,7 @@ def add_item(run_context: RunContext, item: str) -> str:
 def main() -> dict:
     agent = Agent(
         model=example_model(),
+        db=SqliteDb(db_file="tmp/agents.db"),
         session_state={"shopping_list": []},
         tools=[add_item],
         instructions="Current state (shopping list) is: {shopping_list}",

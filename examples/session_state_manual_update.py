@@ -10,7 +10,7 @@ instructions show the list) already includes chocolate.
 
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent, RunContext
+from sessions_core import Agent, SqliteDb, RunContext
 
 
 def add_item(run_context: RunContext, item: str) -> str:
@@ -22,6 +22,7 @@ def add_item(run_context: RunContext, item: str) -> str:
 def main() -> dict:
     agent = Agent(
         model=example_model(),
+        db=SqliteDb(db_file="tmp/agents.db"),
         session_state={"shopping_list": []},
         tools=[add_item],
         instructions="Current state (shopping list) is: {shopping_list}",

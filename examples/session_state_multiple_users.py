@@ -12,7 +12,7 @@ import json
 
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent, RunContext
+from sessions_core import Agent, SqliteDb, RunContext
 
 # The external store: {user id: {session id: [items]}}.
 shopping_list: dict[str, dict[str, list[str]]] = {}
@@ -63,6 +63,7 @@ def main() -> dict:
     shopping_list.clear()
     agent = Agent(
         model=example_model(),
+        db=SqliteDb(db_file="tmp/data.db"),
         tools=[add_item, remove_item, get_shopping_list],
         instructions=[
             "Current User ID: {current_user_id}",

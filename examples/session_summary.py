@@ -7,17 +7,25 @@ into the next turn's system prompt. The second agent shows an explicit SessionSu
     .venv/bin/python examples/session_summary.py
 """
 
+import os
+
 from _model import example_model  # puts the project on sys.path
 
-from sessions_core import Agent, SessionSummaryManager
+from sessions_core import Agent, PostgresDb, SessionSummaryManager
 
 SESSION_ID = "session_summary"
 USER_ID = "john"
 
 
+def db_url() -> str:
+    """Agno's example server (docker, port 5532), or the PostgreSQL that PG_URL names."""
+    return os.environ.get("PG_URL", "postgresql+psycopg://ai:ai@localhost:5532/ai")
+
+
 def main() -> dict:
     model = example_model()
-    agent = Agent(model=model, session_id=SESSION_ID, user_id=USER_ID, enable_session_summaries=True)
+    db = PostgresDb(db_url=db_url(), session_table="sessions")
+    agent = Agent(model=model, db=db, session_id=SESSION_ID, user_id=USER_ID, enable_session_summaries=True)
     try:
         agent.delete_session()  # start fresh each time the script runs
     except Exception:
@@ -31,7 +39,8 @@ def main() -> dict:
 
     # Alternatively, with a manager of its own (here limited to the last run).
     manager = SessionSummaryManager(model=model, last_n_runs=1)
-    other = Agent(model=model, session_id=SESSION_ID + "_manager", user_id=USER_ID, session_summary_manager=manager)
+    other = Agent(model=model, db=db, session_id=SESSION_ID + "_manager", user_id=USER_ID,
+                  session_summary_manager=manager)
     try:
         other.delete_session()
     except Exception:

@@ -4,9 +4,10 @@
 
     agent = Agent(model=OfflineModel(), db=InMemoryDb(), session_state={"items": []})
 
-Each instance is an in-memory SQLite database of its own, registered as one more Django database
-alias and migrated when it is created, so the engine works on it exactly as on the real database:
-the same tables, owner checks, history and state changes. It is gone when the process exits.
+Each instance is an in-memory SQLite database of its own, a store like SqliteDb (sessions_core/stores.py):
+registered as one more Django database alias and migrated, here when it is made, so the engine works on
+it exactly as on the real database: the same tables, owner checks, history and state changes. It is gone
+when the process exits.
 
 Meant for one thread at a time: SQLite's shared in-memory databases lock whole tables, and a second
 run writing at the same moment fails with "database table is locked" instead of waiting its turn.
@@ -17,42 +18,29 @@ not told about, make it before the class is set up and add its `alias` to `datab
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import sqlite3
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
-from django.core.management import call_command
-from django.db import connections
+from .stores import Store, migrate_sqlite
 
 _numbers = itertools.count(1)
 _lock = threading.Lock()
 
 
-class InMemoryDb:
+class InMemoryDb(Store):
     def __init__(self):
         with _lock:
-            self.alias = f"sessions_core_memory_{next(_numbers)}"
-        name = f"file:{self.alias}?mode=memory&cache=shared"
+            alias = f"sessions_core_memory_{next(_numbers)}"
+        name = f"file:{alias}?mode=memory&cache=shared"
         # The database lives while a connection to it is open: this one is never closed.
         self._keeper = sqlite3.connect(name, uri=True, check_same_thread=False)
-        settings = {"ENGINE": "django.db.backends.sqlite3", "NAME": name,
-                    "OPTIONS": {"transaction_mode": "IMMEDIATE"}}
-        # configure_settings fills in Django's defaults (it insists on seeing a "default" entry).
-        connections.settings[self.alias] = connections.configure_settings({"default": {}, self.alias: settings})[
-            self.alias
-        ]
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            self._migrate()
-        else:  # made inside async code, where Django refuses to run the ORM on the loop's thread
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                pool.submit(self._migrate).result()
+        super().__init__(alias, {"ENGINE": "django.db.backends.sqlite3", "NAME": name,
+                                 "OPTIONS": {"transaction_mode": "IMMEDIATE"}})
+        self.alias  # noqa: B018 - migrated now, as Agno's is ready when made
 
-    def _migrate(self) -> None:
-        call_command("migrate", database=self.alias, verbosity=0, interactive=False)
+    def _migrate(self, connection) -> None:
+        migrate_sqlite(connection)
 
     def __repr__(self) -> str:
-        return f"InMemoryDb({self.alias!r})"
+        return f"InMemoryDb({self._alias!r})"

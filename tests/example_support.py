@@ -28,6 +28,13 @@ def served(llm_server, settings):
     return llm_server
 
 
+@pytest.fixture
+def examples_folder(tmp_path, monkeypatch):
+    """The examples' stores (`SqliteDb(db_file="tmp/...")`) land in the test's folder, not the project's."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
 def offline_env(tmp_path: Path, name: str) -> dict:
     """The environment of a script run as a command: the offline model and a database of its own."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}

@@ -5,14 +5,31 @@ import ast
 import json
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
+from sessions_core import PostgresDb, SqliteDb
 from sessions_core.models import ChatSession, Run
-from tests.example_support import ROOT, example, offline_env
+from tests.example_support import EXAMPLES, example, examples_folder, offline_env  # noqa: F401  (fixture)
 from tests.llm_server import Text, ToolCalls
+from tests.store_support import db_access, pg_url  # noqa: F401  (fixtures)
 
-pytestmark = pytest.mark.django_db
+# The examples name their own stores (SqliteDb, PostgresDb, InMemoryDb), made while the test runs:
+# no Django test case around them, which would refuse databases it was not told about.
+pytestmark = pytest.mark.usefixtures("db_access", "examples_folder")
+
+
+def sessions_in(db_file: str):
+    """The sessions of the example's SqliteDb (the same arguments name the same store)."""
+    return ChatSession.objects.using(SqliteDb(db_file=db_file).alias)
+
+
+@pytest.fixture
+def pg_examples(pg_url, monkeypatch):
+    """The PostgreSQL examples' PG_URL: a new database; its PostgresDb(session_table="sessions")."""
+    monkeypatch.setenv("PG_URL", pg_url)
+    return PostgresDb(db_url=pg_url, session_table="sessions")
 
 
 def plan(turns: dict[str, list[tuple[str, dict]]], reply: str = "Done."):
@@ -97,7 +114,7 @@ def test_session_state_manual_update(served):
     last = served.requests[-1]
     assert last["messages"][-1] == {"role": "user", "content": "What's on my list?"}
     assert system_prompt(last).startswith("Current state (shopping list) is: ['milk', 'eggs', 'bread', 'chocolate']")
-    session = ChatSession.objects.get()
+    session = sessions_in("tmp/agents.db").get()
     assert list(session.state_changes.values_list("source", flat=True)) == [
         "defaults", "tool:add_item", "tool:add_item", "tool:add_item", "manual",
     ]
@@ -112,7 +129,7 @@ def test_session_state_events(served, capsys):
     out = capsys.readouterr().out
     assert out.count("State changed (tool:add_item)") == 3
     assert printed_states(out) == [{"shopping_list": ["milk", "eggs", "bread"]}]
-    assert ChatSession.objects.get().session_state == state
+    assert sessions_in("tmp/agents.db").get().session_state == state
 
 
 def test_agentic_session_state(served):
@@ -131,7 +148,9 @@ def test_agentic_session_state(served):
     second_turn = served.requests[2]
     assert second_turn["messages"][-1]["content"] == "I picked up the eggs."
     assert '"shopping_list": ["milk", "eggs", "bread"]' in system_prompt(second_turn)
-    assert set(Run.objects.values_list("status", flat=True)) == {"completed"}
+    assert set(Run.objects.using(SqliteDb(db_file="tmp/agents.db").alias).values_list("status", flat=True)) == {
+        "completed"
+    }
 
 
 def test_dynamic_session_state_hook_short_circuits_the_tool(served):
@@ -159,7 +178,7 @@ def test_dynamic_session_state_hook_short_circuits_the_tool(served):
     assert schema["required"] == ["customer_id"] and "agent" not in schema["properties"]
 
 
-def test_chat_history(served):
+def test_chat_history(served, pg_examples):
     served.responder = lambda body: Text(f"Fact number {len(body['messages'])}.")
 
     history = example("chat_history").main()
@@ -172,10 +191,10 @@ def test_chat_history(served):
     ]
     # History on: the second request carries the first turn between the system and the new message.
     assert [m["role"] for m in served.requests[1]["messages"]] == ["system", "user", "assistant", "user"]
-    assert ChatSession.objects.get().session_id == "chat_history"
+    assert ChatSession.objects.using(pg_examples.alias).get().session_id == "chat_history"
 
 
-def test_persistent_session_continues_the_stored_session(served):
+def test_persistent_session_continues_the_stored_session(served, pg_examples):
     served.responder = lambda body: Text(f"Fact after {len(body['messages']) - 1} earlier messages.")
     module = example("persistent_session")
 
@@ -188,7 +207,7 @@ def test_persistent_session_continues_the_stored_session(served):
         "Fact after 0 earlier messages.",
         "Tell me a new interesting fact about space",
     ]
-    session = ChatSession.objects.get(session_id="session_storage")
+    session = ChatSession.objects.using(pg_examples.alias).get(session_id="session_storage")
     assert session.runs.filter(status="completed").count() == 2
 
 
@@ -205,7 +224,7 @@ def test_session_options_history_used_not_stored(served, capsys):
 
     assert result == {"history_messages_sent": 2, "stored_messages": 2, "stored_history_messages": 0}
     assert "Your name is Alice and you love Python programming." in capsys.readouterr().out
-    last_run = Run.objects.order_by("-id").first()
+    last_run = Run.objects.using(SqliteDb(db_file="tmp/example_no_history.db").alias).order_by("-id").first()
     assert list(last_run.messages.values_list("role", flat=True)) == ["user", "assistant"]
     assert last_run.history_seqs is None
 
@@ -234,7 +253,7 @@ def test_session_state_multiple_users(served):
         "carmen_sandiago/user_3_session_1": {},
         "mark_smith/user_3_session_2": {},
     }
-    owners = dict(ChatSession.objects.values_list("session_id", "owner__username"))
+    owners = dict(sessions_in("tmp/data.db").values_list("session_id", "owner__username"))
     assert owners == {
         "user_1_session_1": "john_doe",
         "user_2_session_1": "mark_smith",
@@ -245,7 +264,7 @@ def test_session_state_multiple_users(served):
         "<instructions>\n- Current User ID: john_doe\n- Current Session ID: user_1_session_1\n</instructions>\n\n"
         "Use markdown to format your answers."
     )
-    assert not ChatSession.objects.exclude(session_state={}).exists()
+    assert not sessions_in("tmp/data.db").exclude(session_state={}).exists()
 
 
 # -- the documented commands, on the offline model -------------------------------------------------
@@ -256,18 +275,19 @@ def final_line(output: str, prefix: str):
     return ast.literal_eval(line[len(prefix):])
 
 
-def test_example_commands_on_the_offline_model(tmp_path):
+def test_example_commands_on_the_offline_model(tmp_path, pg_url):
     python = sys.executable
     scripts = ["session_state_advanced", "session_state_multiple_users"]
     processes = {
-        name: subprocess.Popen([python, f"examples/{name}.py"], cwd=ROOT, env=offline_env(tmp_path, name),
+        name: subprocess.Popen([python, str(EXAMPLES / f"{name}.py")], cwd=tmp_path, env=offline_env(tmp_path, name),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for name in scripts
     }
-    # Meanwhile: the persistent session, as two separate processes on one database.
+    # Meanwhile: the persistent session, as two separate processes on one PostgreSQL database.
     runs = [
-        subprocess.run([python, "examples/persistent_session.py"], cwd=ROOT, env=offline_env(tmp_path, "persist"),
-                       capture_output=True, text=True, timeout=120)
+        subprocess.run([python, str(EXAMPLES / "persistent_session.py")], cwd=tmp_path,
+                       env={**offline_env(tmp_path, "persist"), "PG_URL": pg_url}, capture_output=True, text=True,
+                       timeout=120)
         for _ in range(2)
     ]
     outputs = {}
@@ -294,3 +314,37 @@ def test_example_commands_on_the_offline_model(tmp_path):
     assert [run.returncode for run in runs] == [0, 0], runs[-1].stderr
     assert "Session 'session_storage' holds 1 runs and 2 chat messages" in runs[0].stdout
     assert "Session 'session_storage' holds 2 runs and 4 chat messages" in runs[1].stdout
+
+
+SEQUENCE = """
+    import os
+    import runpy
+    import sys
+
+    sys.path.insert(0, os.path.dirname(sys.argv[1]))  # as a script's own folder is, for `_model`
+    for path in sys.argv[1:]:
+        runpy.run_path(path, run_name="__main__")
+        print("@@ ran", os.path.basename(path), flush=True)
+"""
+
+
+def test_every_example_runs_in_sequence_against_one_set_of_databases(tmp_path, pg_url):
+    """As someone trying them one after another: one folder (so one tmp/data.db, one tmp/agents.db), one
+    PostgreSQL database and one Django database; no example meets another's sessions under another user.
+    One process runs them all as scripts (each as __main__), which spares thirteen Django start-ups."""
+    names = sorted(path.stem for path in EXAMPLES.glob("*.py") if not path.name.startswith("_"))
+    assert len(names) == 14
+    driver = tmp_path / "sequence.py"
+    driver.write_text(textwrap.dedent(SEQUENCE))
+    env = {**offline_env(tmp_path, "shared"), "PG_URL": pg_url}
+
+    done = subprocess.run([sys.executable, str(driver), *(str(EXAMPLES / f"{name}.py") for name in names)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    assert [line for line in done.stdout.splitlines() if line.startswith("@@ ran ")] == [
+        f"@@ ran {name}.py" for name in names
+    ]
+    assert {path.name for path in (tmp_path / "tmp").glob("*.db")} == {
+        "agents.db", "data.db", "example.db", "example_no_history.db", "agent_session_history.db",
+    }

@@ -9,17 +9,21 @@ import sys
 
 import pytest
 
-from tests.example_support import ROOT, example
+from tests.example_support import EXAMPLES, example, examples_folder  # noqa: F401  (fixture)
 from tests.llm_server import Text, ToolCalls
+from tests.store_support import db_access, pg_url  # noqa: F401  (fixtures)
 
-pytestmark = pytest.mark.django_db
+# The examples name their own stores (SqliteDb, PostgresDb, InMemoryDb), made while the test runs:
+# no Django test case around them, which would refuse databases it was not told about.
+pytestmark = pytest.mark.usefixtures("db_access", "examples_folder")
 
 
 def last_user(body):
     return next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
 
 
-def test_session_summary_example(served):
+def test_session_summary_example(served, pg_url, monkeypatch):
+    monkeypatch.setenv("PG_URL", pg_url)  # the example's PostgresDb
     def responder(body):
         if "response_format" in body:
             said = [line for line in body["messages"][0]["content"].splitlines() if line.startswith("User:")]
@@ -33,8 +37,6 @@ def test_session_summary_example(served):
     assert "Thai food" in result["manager"]
 
 
-# asyncio.run() does the ORM work in asgiref's worker thread, outside the test's transaction.
-@pytest.mark.django_db(transaction=True)
 def test_search_session_history_example_lists_then_reads(served):
     def responder(body):
         said = last_user(body)
@@ -61,7 +63,6 @@ def test_search_session_history_example_lists_then_reads(served):
     assert json.loads(result["bob"].content) == []
 
 
-@pytest.mark.django_db(transaction=True)
 def test_last_n_session_messages_example_limits_and_isolates(served):
     def responder(body):
         tools = [m for m in body["messages"] if m["role"] == "tool"]
@@ -73,8 +74,8 @@ def test_last_n_session_messages_example_limits_and_isolates(served):
     answers = asyncio.run(example("last_n_session_messages").main())
     user_1 = [s["session_id"] for s in json.loads(answers["user_1"].content)]
     user_2 = [s["session_id"] for s in json.loads(answers["user_2"].content)]
-    assert user_1 == ["user_1_session_3", "user_1_session_2"]
-    assert user_2 == ["user_2_session_2", "user_2_session_1"]
+    assert user_1 == ["user1_session_3", "user1_session_2"]
+    assert user_2 == ["user2_session_2", "user2_session_1"]
 
 
 def test_session_naming_example(served):
@@ -90,8 +91,8 @@ def test_session_naming_example(served):
 def test_memory_examples_run_offline_with_one_command(tmp_path, name, expected):
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}
     env.update(DATABASE_URL=f"sqlite:///{tmp_path / 'examples.sqlite3'}", OFFLINE_MODEL_DELAY="0")
-    result = subprocess.run([sys.executable, f"examples/{name}.py"], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run([sys.executable, str(EXAMPLES / f"{name}.py")], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     for line in expected:
         assert line in result.stdout
