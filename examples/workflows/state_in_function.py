@@ -126,30 +126,39 @@ def plan_report(plan_id: int, message, research, plans: list, strategy) -> str:
     """.strip()
 
 
-def custom_content_planning_function(step_input: StepInput, run_context: RunContext) -> StepOutput:
-    session_state = run_context.session_state
-    message = step_input.input
-    previous_step_content = step_input.previous_step_content
-
+def next_plan_id(session_state: dict) -> int:
+    """Count one more plan in the state (the keys are made on first use)."""
     if "content_plans" not in session_state:
         session_state["content_plans"] = []
     if "plan_counter" not in session_state:
         session_state["plan_counter"] = 0
 
     session_state["plan_counter"] += 1
-    current_plan_id = session_state["plan_counter"]
+    return session_state["plan_counter"]
+
+
+def keep_plan(session_state: dict, plan_id: int, message, content, research) -> None:
+    session_state["content_plans"].append({
+        "id": plan_id,
+        "topic": message,
+        "content": content,
+        "timestamp": f"Plan #{plan_id}",
+        "has_research": bool(research),
+    })
+
+
+def custom_content_planning_function(step_input: StepInput, run_context: RunContext) -> StepOutput:
+    session_state = run_context.session_state
+    message = step_input.input
+    previous_step_content = step_input.previous_step_content
+
+    current_plan_id = next_plan_id(session_state)
 
     try:
         response = content_planner.run(
             planning_prompt(message, current_plan_id, previous_step_content, len(session_state["content_plans"]))
         )
-        session_state["content_plans"].append({
-            "id": current_plan_id,
-            "topic": message,
-            "content": response.content,
-            "timestamp": f"Plan #{current_plan_id}",
-            "has_research": bool(previous_step_content),
-        })
+        keep_plan(session_state, current_plan_id, message, response.content, previous_step_content)
         return StepOutput(content=plan_report(current_plan_id, message, previous_step_content,
                                               session_state["content_plans"], response.content))
     except Exception as e:
@@ -194,13 +203,7 @@ def custom_content_planning_function_stream(
     message = step_input.input
     previous_step_content = step_input.previous_step_content
 
-    if "content_plans" not in session_state:
-        session_state["content_plans"] = []
-    if "plan_counter" not in session_state:
-        session_state["plan_counter"] = 0
-
-    session_state["plan_counter"] += 1
-    current_plan_id = session_state["plan_counter"]
+    current_plan_id = next_plan_id(session_state)
 
     try:
         response_iterator = streaming_content_planner.run(
@@ -213,13 +216,8 @@ def custom_content_planning_function_stream(
 
         response = streaming_content_planner.get_last_run_output()
         strategy = response.content if response else "Content generation failed"
-        session_state["content_plans"].append({
-            "id": current_plan_id,
-            "topic": message,
-            "content": response.content if response else "No content generated",
-            "timestamp": f"Plan #{current_plan_id}",
-            "has_research": bool(previous_step_content),
-        })
+        keep_plan(session_state, current_plan_id, message, response.content if response else "No content generated",
+                  previous_step_content)
         yield StepOutput(content=plan_report(current_plan_id, message, previous_step_content,
                                              session_state["content_plans"], strategy))
     except Exception as e:
