@@ -49,27 +49,18 @@ web_agent = Agent(
     instructions="Search the web for the latest news and trends",
 )
 
+PLANNER_INSTRUCTIONS = [
+    "Plan a content schedule over 4 weeks for the provided topic and research content",
+    "Ensure that I have posts for 3 posts per week",
+]
+
 # The planners run on their own, outside the workflow's session: InMemoryDb keeps their sessions out of
 # the database (the cookbook's non-streaming planner has no db at all).
-content_planner = Agent(
-    name="Content Planner",
-    model=example_model(),
-    instructions=[
-        "Plan a content schedule over 4 weeks for the provided topic and research content",
-        "Ensure that I have posts for 3 posts per week",
-    ],
-    db=InMemoryDb(),
-)
+content_planner = Agent(name="Content Planner", model=example_model(), instructions=PLANNER_INSTRUCTIONS,
+                        db=InMemoryDb())
 
-streaming_content_planner = Agent(
-    name="Content Planner",
-    model=example_model(),
-    instructions=[
-        "Plan a content schedule over 4 weeks for the provided topic and research content",
-        "Ensure that I have posts for 3 posts per week",
-    ],
-    db=InMemoryDb(),
-)
+streaming_content_planner = Agent(name="Content Planner", model=example_model(), instructions=PLANNER_INSTRUCTIONS,
+                                  db=InMemoryDb())
 
 research_team = Team(
     name="Research Team",
