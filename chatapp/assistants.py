@@ -1,4 +1,4 @@
-"""What users can chat with: each assistant is an Agent built once, on first use, with the configured model."""
+"""What users can chat with: agents, workflows and a team, each built once, on first use, with the configured model."""
 
 from __future__ import annotations
 
@@ -6,60 +6,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sessions_core.agent import Agent
+from sessions_core.component import Component
 from sessions_core.llm import default_model
+from sessions_core.steps import Router, Step, StepInput, StepOutput
+from sessions_core.team import Team
 from sessions_core.tools import RunContext
+from sessions_core.workflow import Workflow
 
-# --- shopping-list tools ------------------------------------------------------------------------
-
-
-def _shopping_list(run_context: RunContext) -> list:
-    items = run_context.session_state.get("shopping_list")
-    if not isinstance(items, list):
-        items = run_context.session_state["shopping_list"] = []
-    return items
-
-
-def add_item(run_context: RunContext, item: str) -> str:
-    """Add an item to the shopping list. Items already on the list (in any letter case) are not added twice.
-
-    Args:
-        item: The item to add, e.g. "milk".
-    """
-    item = item.strip()
-    items = _shopping_list(run_context)
-    if not item:
-        return "Error: the item name is empty."
-    if any(str(existing).lower() == item.lower() for existing in items):
-        return f"{item} is already on the list."
-    items.append(item)
-    return f"Added {item}. The list now has {len(items)} item(s)."
-
-
-def remove_item(run_context: RunContext, item: str) -> str:
-    """Remove an item from the shopping list (matching in any letter case).
-
-    Args:
-        item: The item to remove.
-    """
-    items = _shopping_list(run_context)
-    for index, existing in enumerate(items):
-        if str(existing).lower() == item.strip().lower():
-            del items[index]
-            return f"Removed {existing}."
-    return f"Error: {item} is not on the list."
-
-
-def list_items(run_context: RunContext) -> str:
-    """Show what is on the shopping list."""
-    items = _shopping_list(run_context)
-    return "The list is empty." if not items else "Shopping list: " + ", ".join(map(str, items))
-
-
-def clear_list(run_context: RunContext) -> str:
-    """Remove every item from the shopping list."""
-    _shopping_list(run_context).clear()
-    return "The list is now empty."
-
+from .demo_tools import (  # noqa: F401  (the shopping tools are also known by this module's name)
+    add_item,
+    add_step,
+    add_task,
+    clear_completed_tasks,
+    clear_list,
+    complete_task,
+    delete_step,
+    list_items,
+    list_tasks,
+    remove_item,
+    update_step_status,
+)
 
 # --- the registry -----------------------------------------------------------------------------------
 
@@ -69,7 +35,7 @@ class Assistant:
     id: str
     name: str
     description: str
-    build: Callable[[], Agent]
+    build: Callable[[], Component]
 
 
 def _general() -> Agent:
@@ -103,6 +69,76 @@ def _notes() -> Agent:
     )
 
 
+def tally(step_input: StepInput, run_context: RunContext) -> StepOutput:
+    """The shopping workflow's second step: count the list and remember when it last changed."""
+    items = run_context.session_state.get("shopping_list") or []
+    run_context.session_state["item_count"] = len(items)
+    listed = ", ".join(map(str, items)) if items else "nothing yet"
+    return StepOutput(content=f"{step_input.previous_step_content}\n\nYour list has {len(items)} item(s): {listed}.")
+
+
+def _shopping_workflow() -> Workflow:
+    shopper = Agent(
+        name="Shopping assistant", id="shopping-assistant", model=default_model(), markdown=True,
+        instructions=("You keep the user's shopping list. Use the tools to add, remove, list and clear items; "
+                      "never claim a change you did not make with a tool."),
+        tools=[add_item, remove_item, list_items, clear_list], add_session_state_to_context=True,
+    )
+    return Workflow(
+        name="Shopping workflow", id="shopping-workflow",
+        description="A shopping assistant step, then a function step that counts the list.",
+        steps=[shopper, Step(name="Tally", executor=tally)],
+        session_state={"shopping_list": [], "item_count": 0},
+    )
+
+
+def route_task_request(step_input: StepInput) -> str:
+    """Organize words win over manage words, which win over view words (the cookbook's precedence)."""
+    words = set(step_input.get_input_as_string().lower().replace(",", " ").split())
+    if words & {"clean", "cleanup", "organize", "clear", "tidy", "archive"}:
+        return "Task organizer"
+    if words & {"add", "create", "new", "mark", "complete", "completed", "finish", "done", "update"}:
+        return "Task manager"
+    return "Task viewer"
+
+
+def _task_router() -> Workflow:
+    def task_agent(name, instructions, tools):
+        return Agent(name=name, model=default_model(), markdown=True, instructions=instructions, tools=tools,
+                     add_session_state_to_context=True)
+
+    choices = [
+        Step(name="Task manager", agent=task_agent(
+            "Task manager", "You add tasks and mark them completed with the tools.", [add_task, complete_task])),
+        Step(name="Task viewer", agent=task_agent(
+            "Task viewer", "You show the user's tasks with the list tool.", [list_tasks])),
+        Step(name="Task organizer", agent=task_agent(
+            "Task organizer", "You clean up the task list: remove completed tasks.",
+            [clear_completed_tasks, list_tasks])),
+    ]
+    return Workflow(
+        name="Task router", id="task-router",
+        description="Routes each request to a task manager, viewer or organizer by its words.",
+        steps=[Router(name="Route by keywords", selector=route_task_request, choices=choices)],
+        session_state={"task_list": []},
+    )
+
+
+def _project_team() -> Team:
+    planner = Agent(name="Planner", role="Adds and deletes project steps", model=default_model(),
+                    tools=[add_step, delete_step], add_session_state_to_context=True,
+                    instructions="You add and delete the project's steps with the tools.")
+    tracker = Agent(name="Status tracker", role="Marks steps completed, in progress or pending",
+                    model=default_model(), tools=[update_step_status], add_session_state_to_context=True,
+                    instructions="You update the status of the project's steps with the tool.")
+    return Team(
+        name="Project team", id="project-team", model=default_model(), members=[planner, tracker], markdown=True,
+        instructions=("Delegate adding and deleting steps to the Planner and status changes to the Status "
+                      "tracker; report what they did."),
+        session_state={"steps": []}, add_session_state_to_context=True, add_history_to_context=True,
+    )
+
+
 ASSISTANTS: dict[str, Assistant] = {
     assistant.id: assistant
     for assistant in (
@@ -113,15 +149,21 @@ ASSISTANTS: dict[str, Assistant] = {
                   _shopping),
         Assistant("notes", "Notes and list", "Keeps notes and a list by editing its own state (agentic state).",
                   _notes),
+        Assistant("shopping-workflow", "Shopping workflow",
+                  "A workflow: a shopping assistant step, then a step that counts the list.", _shopping_workflow),
+        Assistant("task-router", "Task router",
+                  "A workflow that sends each request to a task manager, viewer or organizer.", _task_router),
+        Assistant("project-team", "Project team",
+                  "A team: a planner adds and deletes project steps, a status tracker updates them.", _project_team),
     )
 }
 DEFAULT_ASSISTANT = "general"
 
-_built: dict[str, Agent] = {}
+_built: dict[str, Component] = {}
 
 
-def get_assistant(assistant_id: str) -> Agent:
-    """The Agent for `assistant_id`, built once; unknown ids raise KeyError."""
+def get_assistant(assistant_id: str) -> Component:
+    """The Agent, Team or Workflow for `assistant_id`, built once; unknown ids raise KeyError."""
     agent = _built.get(assistant_id)
     if agent is None:
         agent = _built[assistant_id] = ASSISTANTS[assistant_id].build()

@@ -41,8 +41,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
-from sessions_core.agent import Agent
-from sessions_core.events import RunEvent
+from sessions_core.component import Component
+from sessions_core.events import RunEvent, StepStartedEvent, TeamRunStartedEvent, WorkflowStartedEvent
 from sessions_core.models import ChatSession, Message, NameSource, Role, Run, RunStatus
 
 from . import assistants, rendering, state_view, titles
@@ -85,6 +85,7 @@ class LiveRun:
     tool_messages: list[Message] = field(default_factory=list)
     changed_keys: list[str] = field(default_factory=list)
     pending_changes: list[dict] = field(default_factory=list)  # timeline entries stored when the run ends
+    steps: dict[str, bool] = field(default_factory=dict)  # step and member runs shown: run id -> is a member
     ending: bool = False  # a final event arrived: the engine is storing the outcome
 
     @property
@@ -154,9 +155,57 @@ def started_run(session: ChatSession, event) -> Run:
     """The run as the engine stored it at its start, from its RunStarted event (which carries the run's
     input and created_at), without reading the row back."""
     run = Run(run_id=event.run_id, session=session, input=event.input, status=RunStatus.RUNNING,
-              created_at=datetime.fromtimestamp(event.created_at, tz=UTC), model_id=getattr(event, "model", ""))
+              created_at=datetime.fromtimestamp(event.created_at, tz=UTC), model_id=getattr(event, "model", ""),
+              kind=_started_kind(event), component_id=event.agent_id, step_name=event.step_name)
     run.shown_messages = []  # the fragment shows `input` as the user's message
     return run
+
+
+def _started_kind(event) -> str:
+    if isinstance(event, WorkflowStartedEvent):
+        return "workflow"
+    if isinstance(event, TeamRunStartedEvent):
+        return "team"
+    return "agent"
+
+
+# What each engine event means to a live run, whichever kind of component runs it (agent, team, workflow).
+_ROLES = {
+    **dict.fromkeys((RunEvent.run_started, RunEvent.team_run_started, RunEvent.workflow_started), "started"),
+    **dict.fromkeys((RunEvent.run_content, RunEvent.team_run_content), "content"),
+    **dict.fromkeys((RunEvent.tool_call_started, RunEvent.tool_call_completed, RunEvent.team_tool_call_started,
+                     RunEvent.team_tool_call_completed), "tool"),
+    RunEvent.state_changed: "state",
+    **dict.fromkeys((RunEvent.run_cancelled, RunEvent.team_run_cancelled, RunEvent.workflow_cancelled), "cancelled"),
+    **dict.fromkeys((RunEvent.run_completed, RunEvent.run_error, RunEvent.team_run_completed, RunEvent.team_run_error,
+                     RunEvent.workflow_completed, RunEvent.workflow_error), "done"),
+    RunEvent.session_summary_completed: "summary",
+    RunEvent.step_started: "step",
+}
+
+
+def event_role(event) -> str | None:
+    return _ROLES.get(event.event)
+
+
+def _render_step_started(event) -> str:
+    """A step's row (from StepStarted) or a team member's (from its RunStarted), appended to its parent's steps."""
+    if isinstance(event, StepStartedEvent):
+        run = Run(run_id=event.run_id, kind=event.executor_type or "agent", step_name=event.step_name,
+                  component_id=event.executor_name, status=RunStatus.RUNNING)
+        member = False
+    else:
+        run = Run(run_id=event.run_id, kind=_started_kind(event), step_name=event.step_name,
+                  component_id=event.agent_id, input=event.input, status=RunStatus.RUNNING)
+        member = True
+    run.shown_messages, run.shown_children = [], []
+    html = rendering.render_step(run, member=member)
+    return rendering.render_oob(html, f"beforeend:#steps-{event.parent_run_id}")
+
+
+def _render_step_done(run_id: str, member: bool) -> str:
+    """A finished step's or member's row, as stored, replacing the live one."""
+    return rendering.render_step(Run.objects.get(run_id=run_id), oob="true", member=member)
 
 
 def _render_state(session: ChatSession, live: LiveRun) -> str:
@@ -272,7 +321,7 @@ async def stop(session: ChatSession, run_id: str = "", queued_id: str = "") -> b
         if html:
             await _to_session(session.pk, html)
         return bool(html)
-    stopped = await Agent.acancel_run(run_id)
+    stopped = await Component.acancel_run(run_id)
     # Owned by another process: tell it now rather than at its next checkpoint.
     await get_channel_layer().group_send(
         sync_group(session.pk), {"type": "chat.cancel", "run_id": run_id, "session_pk": session.pk}
@@ -284,7 +333,7 @@ async def _stop_here(runner: SessionRunner, live: LiveRun) -> bool:
     """Stop a run of this process: flag it, and if its model stream is stalled (the engine looks at
     the flag only between chunks) cancel the task reading it, which the engine also takes for a stop
     and which closes the model's HTTP stream."""
-    await Agent.acancel_run(live.run_id)
+    await Component.acancel_run(live.run_id)
     reader = runner.reader
 
     def hard_stop():
@@ -424,10 +473,10 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
         try:
             async with aclosing(stream):
                 async for event in stream:
-                    if event.event == RunEvent.run_started and item.cancelled:
+                    if event_role(event) == "started" and not event.parent_run_id and item.cancelled:
                         # Stopped before it started: the engine is paused at this event, before
                         # any model call, and sees the flag as soon as it resumes.
-                        await Agent.acancel_run(event.run_id)
+                        await Component.acancel_run(event.run_id)
                     events.put_nowait(event)
         except Exception as exc:  # noqa: BLE001 - handed to the loop below, which raises it
             events.put_nowait(exc)
@@ -451,36 +500,39 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
                 break
             if isinstance(event, Exception):
                 raise event
-            kind = event.event
-            if kind == RunEvent.run_started:
+            kind = event_role(event)
+            if live is not None and event.run_id != live.run_id and kind != "state":
+                await _step_event(pk, live, kind, event)  # a workflow's step, a team's member
+            elif kind == "started":
                 live = await _started(runner, item, session, event)
             elif live is None:
                 continue
-            elif kind == RunEvent.run_content:
+            elif kind == "content":
                 live.add(event.content or "")
                 wait = live.last_flush + batch - time.monotonic()
                 if wait <= 0:
                     await _flush(pk, live)  # the first text goes at once; later text at most every batch
                 elif timer is None:
                     timer = loop.call_later(wait, events.put_nowait, _FLUSH)
-            elif kind in (RunEvent.tool_call_started, RunEvent.tool_call_completed):
-                await _flush(pk, live)
-                await _to_session(pk, _note_tool(live, event))
-            elif kind == RunEvent.state_changed:
+            elif kind == "tool":
+                if event.tool.tool_name != rendering.DELEGATE_TOOL:  # a delegation is shown as the member's row
+                    await _flush(pk, live)
+                    await _to_session(pk, _note_tool(live, event))
+            elif kind == "state":
                 await _flush(pk, live)
                 live.changed_keys = sorted(set(live.changed_keys) | set(event.changed_keys))
                 live.pending_changes.insert(0, state_view.describe_pending_change(event))
                 session.session_state, session.state_version = event.session_state, event.state_version
                 await _to_session(pk, await sync_to_async(_render_state)(session, live))
-            elif kind == RunEvent.run_cancelled:
+            elif kind == "cancelled":
                 live.ending = True
                 await _flush(pk, live)
-            elif kind in (RunEvent.run_completed, RunEvent.run_error):
+            elif kind == "done":
                 live.ending = True
                 await _flush(pk, live)
                 await _finished(runner, item, live)
                 done = True
-            elif kind == RunEvent.session_summary_completed:
+            elif kind == "summary":
                 # The summary is made after the reply is complete; the panel shows it when it lands.
                 await _to_session(pk, await sync_to_async(_state_panel)(pk, runner.owner_pk))
         if live is not None and not done:  # the stream ended without a final event: show what is stored
@@ -499,6 +551,16 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
         with suppress(asyncio.CancelledError):
             await pump_task
         runner.reader = None
+
+
+async def _step_event(session_pk: int, live: LiveRun, kind: str | None, event) -> None:
+    """A step's or member's event: its row appears when it starts and is redrawn as stored when it ends
+    (its text and tool calls with it), in every tab alike."""
+    if kind == "step" or (kind == "started" and event.run_id not in live.steps):
+        live.steps[event.run_id] = kind == "started"  # a member's run has no StepStarted before it
+        await _to_session(session_pk, _render_step_started(event))
+    elif kind == "done" and event.run_id in live.steps:
+        await _to_session(session_pk, await sync_to_async(_render_step_done)(event.run_id, live.steps[event.run_id]))
 
 
 def _render_started(session: ChatSession, event) -> tuple[Run, str]:
@@ -522,7 +584,7 @@ async def _started(runner: SessionRunner, item: Pending, session: ChatSession, e
 def _note_tool(live: LiveRun, event) -> str:
     """Keep a tool call seen live (as the messages the engine stores at the end) and return its row."""
     tool = event.tool
-    started = event.event == RunEvent.tool_call_started
+    started = event.event in (RunEvent.tool_call_started, RunEvent.team_tool_call_started)
     if started:
         live.tool_messages.append(Message(
             role=Role.ASSISTANT, content="",

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 import nh3
-from django.db.models import Prefetch
+from django.db.models import Prefetch, prefetch_related_objects
 from django.template.loader import render_to_string
 from django.utils.html import escape as escape_html
 from django.utils.safestring import SafeString, mark_safe
@@ -104,11 +104,49 @@ def _pretty_json(text) -> str:
         return text
 
 
+DELEGATE_TOOL = "delegate_task_to_member"  # a team's delegations are shown as member rows, not tool calls
+RUN_KINDS = {"agent": "agent", "team": "team", "workflow": "workflow", "function": "function"}
+
+
+@dataclass
+class StepView:
+    """A workflow step's run or a team member's run, inside its parent's assistant turn."""
+
+    run: Run
+    tool_calls: list[ToolCallView] = field(default_factory=list)
+    steps: list[StepView] = field(default_factory=list)
+    member: bool = False  # a team member's run: its input is the task it was given
+
+    @property
+    def name(self) -> str:
+        return self.run.step_name or self.run.component_id or "step"
+
+    @property
+    def kind(self) -> str:
+        return RUN_KINDS.get(self.run.kind, self.run.kind)
+
+    @property
+    def duration(self) -> float | None:
+        return (self.run.metrics or {}).get("duration")
+
+    @property
+    def content_html(self) -> str:
+        if self.run.status == RunStatus.RUNNING:
+            return escape_html(self.run.content)
+        return render_markdown(self.run.content)
+
+
 @dataclass
 class RunView:
     run: Run
     user_text: str
     tool_calls: list[ToolCallView] = field(default_factory=list)
+    steps: list[StepView] = field(default_factory=list)
+
+    @property
+    def has_steps(self) -> bool:
+        """A workflow's or a team's turn: its steps or delegations are shown inside it."""
+        return self.run.kind in ("workflow", "team")
 
     @property
     def reply_html(self) -> str:
@@ -123,11 +161,38 @@ class RunView:
 
 
 def run_view(run: Run) -> RunView:
-    """What _run.html shows of a run, from its stored messages (prefetched or not)."""
+    """What _run.html shows of a run, from its stored messages and step runs (prefetched or not)."""
+    messages = _shown_messages(run)
+    user_text = next((m.content for m in messages if m.role == Role.USER), run.input)
+    steps = [step_view(child, member=run.kind == "team") for child in _children(run)]
+    return RunView(run, user_text, _tool_calls(messages, run.kind), steps)
+
+
+def step_view(run: Run, member: bool = False) -> StepView:
+    return StepView(run, _tool_calls(_shown_messages(run), run.kind),
+                    [step_view(child, member=run.kind == "team") for child in _children(run)], member)
+
+
+def _shown_messages(run: Run) -> list[Message]:
     messages = getattr(run, "shown_messages", None)
     if messages is None:
-        messages = list(run.messages.exclude(role=Role.SYSTEM).order_by("seq"))
-    user_text = next((m.content for m in messages if m.role == Role.USER), run.input)
+        messages = list(run.messages.exclude(role=Role.SYSTEM).order_by("seq")) if run.pk else []
+    return messages
+
+
+def _children(run: Run) -> list[Run]:
+    """A workflow's or team's step and member runs, oldest first (prefetched as `shown_children` or read)."""
+    if run.kind not in ("workflow", "team"):
+        return []
+    children = getattr(run, "shown_children", None)
+    if children is None:
+        # A run still in flight is drawn from its start event (no pk): its steps so far are stored rows.
+        runs = run.children.all() if run.pk else Run.objects.filter(parent_run__run_id=run.run_id)
+        children = list(runs.order_by("pk"))
+    return children
+
+
+def _tool_calls(messages: list[Message], kind: str) -> list[ToolCallView]:
     calls: dict[str, ToolCallView] = {}
     for message in messages:
         if message.role == Role.ASSISTANT and message.tool_calls:
@@ -137,7 +202,7 @@ def run_view(run: Run) -> RunView:
         elif message.role == Role.TOOL:
             view = calls.setdefault(message.tool_call_id, ToolCallView(message.tool_call_id, message.tool_name, ""))
             view.result, view.error = message.content, message.tool_error
-    return RunView(run, user_text, list(calls.values()))
+    return [call for call in calls.values() if not (kind == "team" and call.name == DELEGATE_TOOL)]
 
 
 class RunPage(list):
@@ -155,16 +220,36 @@ def transcript_runs(session: ChatSession, before: int | None = None, limit: int 
     runs = Run.objects.filter(session=session, parent_run__isnull=True)
     if before is not None:
         runs = runs.filter(pk__lt=before)
-    shown = Prefetch("messages", queryset=Message.objects.exclude(role=Role.SYSTEM).order_by("seq"),
-                     to_attr="shown_messages")
-    newest_first = list(runs.order_by("-pk").prefetch_related(shown)[: limit + 1])
+    newest_first = list(runs.order_by("-pk").prefetch_related(_shown())[: limit + 1])
+    with_steps = [run for run in newest_first if run.kind in ("workflow", "team")]
+    if with_steps:  # only then: a page of agent runs stays at two queries
+        prefetch_related_objects(with_steps, *_STEP_PREFETCH)
     page = RunPage(reversed(newest_first[:limit]))
     page.has_earlier = len(newest_first) > limit
     return page
 
 
+def _shown(prefix: str = "") -> Prefetch:
+    return Prefetch(f"{prefix}messages", queryset=Message.objects.exclude(role=Role.SYSTEM).order_by("seq"),
+                    to_attr="shown_messages")
+
+
+def _child_runs(prefix: str = "") -> Prefetch:
+    return Prefetch(f"{prefix}children", queryset=Run.objects.order_by("pk"), to_attr="shown_children")
+
+
+# The steps (or members) of a page's workflow and team runs, and theirs (a team's members inside a
+# workflow step): a fixed number of queries whatever the page holds.
+_STEP_PREFETCH = (_child_runs(), _shown("shown_children__"), _child_runs("shown_children__"),
+                  _shown("shown_children__shown_children__"))
+
+
 def render_run(run: Run, oob: str = "") -> str:
     return render_to_string("chatapp/_run.html", {"view": run_view(run), "oob": oob})
+
+
+def render_step(run: Run, oob: str = "", member: bool = False) -> str:
+    return render_to_string("chatapp/_step.html", {"step": step_view(run, member=member), "oob": oob})
 
 
 def render_tool_call(run_id: str, call: ToolCallView, oob: str = "") -> str:

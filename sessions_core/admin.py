@@ -12,7 +12,7 @@ from django.template.response import TemplateResponse
 from django.db.models import Count
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from .models import USAGE_SUMS, AdminAccess, ChatSession, Message, Run, StateChange
 
@@ -147,16 +147,41 @@ class ChatSessionAdmin(RecordsAccess, admin.ModelAdmin):
 
 @admin.register(Run)
 class RunAdmin(RecordsAccess, admin.ModelAdmin):
-    list_display = ["run_id", "session", "status", "model_id", "created_at", "finished_at"]
-    list_filter = ["status", "component_id"]
+    list_display = ["run_id", "session", "kind", "step_name", "status", "model_id", "created_at", "finished_at"]
+    list_filter = ["status", "kind", "component_id"]
     list_select_related = ["session"]
-    search_fields = ["run_id", "session__session_id"]
+    search_fields = ["run_id", "session__session_id", "step_name"]
     raw_id_fields = ["session", "parent_run"]
-    readonly_fields = ["run_id", "metrics", "history_seqs"]
+    readonly_fields = ["run_id", "metrics", "history_seqs", "step_runs"]
     show_full_result_count = False
 
     def access_of(self, run):
         return run.session, f"run {run.run_id}"
+
+    @admin.display(description="Step and member runs")
+    def step_runs(self, run):
+        """The runs under this one (a workflow's steps, a team's members, theirs), as a tree of links."""
+        by_parent: dict[int, list[Run]] = {}
+        fields = ("pk", "run_id", "parent_run_id", "kind", "step_name", "status", "metrics")
+        level = [run.pk]
+        while level:  # a query per level of the tree (a team's members inside a workflow step: three)
+            children = list(Run.objects.filter(parent_run_id__in=level).only(*fields).order_by("pk"))
+            for child in children:
+                by_parent.setdefault(child.parent_run_id, []).append(child)
+            level = [child.pk for child in children]
+        return _run_tree(by_parent, run.pk) or "-"
+
+
+def _run_tree(by_parent: dict, parent_pk: int) -> str:
+    children = by_parent.get(parent_pk, [])
+    if not children:
+        return ""
+    items = format_html_join("", "<li><a href=\"{}\">{}</a> {} · {}{}{}</li>", (
+        (reverse("admin:sessions_core_run_change", args=[child.pk]), child.step_name or child.run_id, child.kind,
+         child.status, f" · {child.metrics['duration']:.2f} s" if (child.metrics or {}).get("duration") else "",
+         _run_tree(by_parent, child.pk))
+        for child in children))
+    return format_html("<ul class=\"step-runs\">{}</ul>", items)
 
 
 @admin.register(Message)

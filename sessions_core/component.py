@@ -132,7 +132,11 @@ class Component(SessionAccessors):
             pass
         return loop.output
 
+    # Agno's display options of print_response: accepted, the output is plain text either way.
+    DISPLAY_OPTIONS = ("markdown", "show_message", "show_reasoning", "show_full_reasoning", "console")
+
     def print_response(self, input=None, *, stream: bool | None = None, **kwargs) -> None:
+        kwargs = {key: value for key, value in kwargs.items() if key not in self.DISPLAY_OPTIONS}
         if stream or (stream is None and self.stream):
             for event in self.run(input, stream=True, **kwargs):
                 _print_event(event)
@@ -141,6 +145,7 @@ class Component(SessionAccessors):
             _print_output(self.run(input, **kwargs))
 
     async def aprint_response(self, input=None, *, stream: bool | None = None, **kwargs) -> None:
+        kwargs = {key: value for key, value in kwargs.items() if key not in self.DISPLAY_OPTIONS}
         if stream or (stream is None and self.stream):
             async for event in self.arun(input, stream=True, **kwargs):
                 _print_event(event)

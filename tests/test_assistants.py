@@ -30,14 +30,39 @@ def _fresh_registry():
 
 
 def test_the_registry_offers_general_shopping_and_agentic_notes():
-    assert list(ASSISTANTS) == ["general", "shopping", "notes"]
-    general, shopping, notes = (get_assistant(name) for name in ASSISTANTS)
+    assert list(ASSISTANTS) == ["general", "shopping", "notes", "shopping-workflow", "task-router", "project-team"]
+    general, shopping, notes = (get_assistant(name) for name in ("general", "shopping", "notes"))
     assert general.add_history_to_context and general.markdown
     assert set(shopping.functions()) == {"add_item", "remove_item", "list_items", "clear_list"}
     assert shopping.session_state == {"shopping_list": []} and shopping.add_session_state_to_context
     assert notes.enable_agentic_state and notes.add_session_state_to_context
     assert notes.session_state == {"shopping_list": [], "notes": []}
     assert "update_session_state" in notes.functions()
+
+
+def test_the_workflows_and_the_team_are_assistants_like_any_agent():
+    from sessions_core.steps import Router
+    from sessions_core.team import Team
+    from sessions_core.workflow import Workflow
+
+    shopping, router, team = (get_assistant(name) for name in ("shopping-workflow", "task-router", "project-team"))
+    assert isinstance(shopping, Workflow) and [step.name for step in shopping.steps] == ["Shopping assistant", "Tally"]
+    assert isinstance(router, Workflow) and isinstance(router.steps[0], Router)
+    assert [choice.name for choice in router.steps[0].choices] == ["Task manager", "Task viewer", "Task organizer"]
+    assert isinstance(team, Team) and [member.name for member in team.members] == ["Planner", "Status tracker"]
+    assert (shopping.kind, router.kind, team.kind) == ("workflow", "workflow", "team")
+
+
+@pytest.mark.parametrize(("text", "route"), [
+    ("clean up completed tasks and add a new one", "Task organizer"),  # organize words win
+    ("add a task and show my tasks", "Task manager"),  # then manage words
+    ("show my tasks", "Task viewer"),
+])
+def test_the_task_router_prefers_organize_then_manage_then_view(text, route):
+    from chatapp.assistants import route_task_request
+    from sessions_core.steps import StepInput
+
+    assert route_task_request(StepInput(input=text)) == route
 
 
 def test_each_assistant_is_built_once_until_reset():

@@ -354,6 +354,15 @@ class TestEvents(WorkflowTestCase):
 
 
 class TestHistory(WorkflowTestCase):
+    def test_print_response_takes_agnos_display_options(self):
+        import contextlib
+        import io
+
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            self.workflow([count_up]).print_response("go", session_id="w", markdown=True, show_message=False)
+        assert printed.getvalue() == "counter is 1\n"
+
     def test_chat_history_is_the_workflows_input_and_output_pairs(self):
         workflow = self.workflow([count_up])
         workflow.run("one", session_id="w")

@@ -1,0 +1,113 @@
+"""Workflows and teams in the web chat: their steps and delegations live over the socket, the same
+fragments after a reload, the state panel naming the step, the admin's tree of runs."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
+from django.test import Client, TransactionTestCase
+from django.urls import reverse
+
+from sessions_core.models import ChatSession, Run, RunStatus
+from tests.factories import make_session, make_user
+from tests.live_support import LiveTestMixin, frames_until, settle, started_run_id
+from tests.llm_server import Text, ToolCalls
+
+STEP = re.compile(r'<details class="step" id="step-([0-9a-f-]{36})" data-status="(\w+)" data-kind="(\w+)"')
+
+
+def step_rows(html: str) -> list[str]:
+    return re.findall(r'<details class="step".*?</details>', html, re.S)
+
+
+class WorkflowWebTests(LiveTestMixin, TransactionTestCase):
+    def setUp(self):
+        self.alice = make_user("alice")
+
+    async def send(self, socket, text: str):
+        await socket.send_to(text_data=json.dumps({"type": "send", "text": text, "HEADERS": {"HX-Request": "true"}}))
+
+    async def page(self, session) -> str:
+        client = Client()
+        await sync_to_async(client.force_login)(self.alice)
+        response = await sync_to_async(client.get)(reverse("chat:session", args=[session.session_id]))
+        assert response.status_code == 200
+        return response.content.decode()
+
+    async def test_a_workflow_turn_shows_its_steps_as_they_start_and_the_same_after_a_reload(self):
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk."))
+        session = await sync_to_async(make_session)(self.alice, component_id="shopping-workflow", kind="workflow")
+        socket = await self.socket(session.session_id, self.alice)
+        await self.send(socket, "add milk")
+        frames = await frames_until(socket, lambda f: "Reply complete." in f)
+        run_id = started_run_id(frames)
+
+        assert f'id="steps-{run_id}"' in next(f for f in frames if f'id="run-{run_id}"' in f)
+        appended = [STEP.search(f).groups() for f in frames if f"beforeend:#steps-{run_id}" in f]
+        assert [(status, kind) for _, status, kind in appended] == [("running", "agent"), ("running", "function")]
+        finished = [STEP.search(f).groups() for f in frames if 'class="step"' in f and 'hx-swap-oob="true"' in f
+                    and f"beforeend:#steps-{run_id}" not in f and f'id="run-{run_id}"' not in f]
+        assert [status for _, status, _ in finished] == ["completed", "completed"]
+        shopper_done = next(f for f in frames if 'class="step"' in f and "Added milk." in f and "add_item" in f)
+        assert frames.index(shopper_done) < next(i for i, f in enumerate(frames) if "beforeend" in f and "Tally" in f)
+        panels = [f for f in frames if 'id="state-panel"' in f]
+        assert "step:Shopping assistant/tool:add_item" in panels[0]  # the timeline names the step
+        last = frames[-1]
+        assert "Your list has 1 item(s): milk." in last
+        await settle()
+        await socket.disconnect()
+
+        stored = await Run.objects.aget(run_id=run_id)
+        assert stored.kind == "workflow" and stored.status == RunStatus.COMPLETED
+        reloaded = await self.page(session)
+        live_rows = step_rows(last)
+        assert live_rows and live_rows == step_rows(reloaded)  # the same fragments, live and reloaded
+        assert [name for name in re.findall(r'<span class="step-name">(.*?)</span>', reloaded)] == [
+            "Shopping assistant", "Tally"]
+
+    async def test_a_team_turn_shows_each_delegation_with_its_member_task_and_reply(self):
+        def respond(body):
+            messages = body["messages"]
+            team = "<team_members>" in (messages[0].get("content") or "")
+            if messages[-1]["role"] == "tool":
+                return Text("The planner added it." if team else "Added the step.")
+            if team:
+                return ToolCalls([("delegate_task_to_member", {"member_id": "planner", "task": "Add Setup Database"})])
+            return ToolCalls([("add_step", {"name": "Setup Database"})])
+
+        self.llm.responder = respond
+        session = await sync_to_async(make_session)(self.alice, component_id="project-team", kind="team")
+        socket = await self.socket(session.session_id, self.alice)
+        await self.send(socket, "add a setup database step")
+        frames = await frames_until(socket, lambda f: "Reply complete." in f)
+        run_id = started_run_id(frames)
+
+        member_row = next(f for f in frames if f"beforeend:#steps-{run_id}" in f)
+        assert "Planner" in member_row and "member" in member_row and "Add Setup Database" in member_row
+        assert not any("delegate_task_to_member" in f and "tool-call" in f for f in frames)  # shown as the member
+        last = frames[-1]
+        assert "The planner added it." in last and "Added the step." in last and "add_step" in last
+        await settle()
+        await socket.disconnect()
+        state = (await ChatSession.objects.aget(pk=session.pk)).session_state
+        assert state == {"steps": [{"name": "Setup Database", "priority": "medium", "status": "pending"}]}
+        assert step_rows(last) == step_rows(await self.page(session))
+
+    async def test_the_admin_shows_a_workflow_runs_steps_as_a_tree(self):
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk."))
+        from chatapp.assistants import get_assistant
+
+        workflow = get_assistant("shopping-workflow")
+        output = await workflow.arun("add milk", session_id="admin-tree", user_id="alice")
+        admin = await sync_to_async(get_user_model().objects.create_superuser)("root", "root@example.com", "pw-root-123")
+        client = Client()
+        await sync_to_async(client.force_login)(admin)
+        run = await Run.objects.aget(run_id=output.run_id)
+        response = await sync_to_async(client.get)(reverse("admin:sessions_core_run_change", args=[run.pk]))
+        html = response.content.decode()
+        assert response.status_code == 200
+        assert re.search(r'<ul class="step-runs"><li><a href="[^"]+">Shopping assistant</a> agent · completed', html)
+        assert "Tally</a> function · completed" in html
