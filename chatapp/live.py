@@ -148,6 +148,7 @@ def _render_live_run(live: LiveRun, text: str, oob: str = "true") -> str:
     run = copy.copy(live.run)
     run.content, run.status = text, RunStatus.RUNNING
     run.shown_messages = [*live.base_messages, *live.tool_messages]
+    run.shown_children = None  # its steps so far, as stored
     return rendering.render_run(run, oob=oob)
 
 
@@ -158,6 +159,7 @@ def started_run(session: ChatSession, event) -> Run:
               created_at=datetime.fromtimestamp(event.created_at, tz=UTC), model_id=getattr(event, "model", ""),
               kind=_started_kind(event), component_id=event.agent_id, step_name=event.step_name)
     run.shown_messages = []  # the fragment shows `input` as the user's message
+    run.shown_children = []  # its steps arrive as events of their own
     return run
 
 
@@ -192,7 +194,7 @@ def _render_step_started(event) -> str:
     """A step's row (from StepStarted) or a team member's (from its RunStarted), appended to its parent's steps."""
     if isinstance(event, StepStartedEvent):
         run = Run(run_id=event.run_id, kind=event.executor_type or "agent", step_name=event.step_name,
-                  component_id=event.executor_name, status=RunStatus.RUNNING)
+                  component_id=event.executor_id, status=RunStatus.RUNNING)
         member = False
     else:
         run = Run(run_id=event.run_id, kind=_started_kind(event), step_name=event.step_name,

@@ -13,6 +13,7 @@ import logging
 from django.conf import settings
 
 from sessions_core.errors import SessionNotFoundError, SessionOwnershipError
+from sessions_core.llm import default_model
 from sessions_core.models import ChatSession, NameSource
 
 from . import assistants
@@ -61,7 +62,8 @@ async def generate_title(session: ChatSession, user, attempts: int | None = None
     delay = settings.CHAT_TITLE_RETRY_SECONDS
     for attempt in range(attempts):
         try:
-            named = await agent.aset_session_name(session_id=session.session_id, autogenerate=True, user_id=user)
+            named = await agent.aset_session_name(session_id=session.session_id, autogenerate=True, user_id=user,
+                                                  model=_title_model(agent))
         except (SessionNotFoundError, SessionOwnershipError):
             return False
         except Exception:
@@ -76,6 +78,11 @@ async def generate_title(session: ChatSession, user, attempts: int | None = None
         delay *= 2
     await push_session_row(session.pk, session.owner_id)
     return True
+
+
+def _title_model(component):
+    """A workflow has no model of its own: its sessions are titled by the app's model, like any other."""
+    return default_model() if component.kind == "workflow" else None
 
 
 async def regenerate_title(session: ChatSession, user) -> bool:

@@ -166,15 +166,27 @@ class SessionAccessors:
         """(name, generated) for set_session_name(autogenerate=True); components say how."""
         raise NotImplementedError
 
+    async def _aname_with(self, model, session_id: str | None, user_id) -> tuple[str, bool]:
+        """One model call over the last three runs: at most five words (a fallback if the model fails)."""
+        from .naming import generate_session_name
+
+        transcript = await self.aget_chat_history(session_id, last_n_runs=3, user_id=user_id)
+        return await generate_session_name(model, transcript)
+
     async def aset_session_name(self, session_id: str | None = None, autogenerate: bool = False,
-                                session_name: str | None = None, user_id=None) -> AgentSession:
-        """Name the session, or with autogenerate=True let the component make a name."""
+                                session_name: str | None = None, user_id=None, *, model=None) -> AgentSession:
+        """Name the session, or with autogenerate=True let the component make a name. With `model`, the
+        name is made by that model from the session's last three runs, whatever the component (the web
+        app titles workflow sessions like any other this way)."""
         if not autogenerate and not (session_name and session_name.strip()):
             raise ValueError("No session name provided")
         session_name = storable(session_name or "")
         source = NameSource.USER
         if autogenerate:
-            session_name, generated = await self._agenerate_name(session_id, user_id)
+            if model is not None:
+                session_name, generated = await self._aname_with(model, session_id, user_id)
+            else:
+                session_name, generated = await self._agenerate_name(session_id, user_id)
             source = NameSource.AUTO if generated else NameSource.FALLBACK
 
         def save():
@@ -192,8 +204,8 @@ class SessionAccessors:
         return await call_sync(save)
 
     def set_session_name(self, session_id: str | None = None, autogenerate: bool = False,
-                         session_name: str | None = None, user_id=None) -> AgentSession:
-        return run_sync(lambda: self.aset_session_name(session_id, autogenerate, session_name, user_id))
+                         session_name: str | None = None, user_id=None, *, model=None) -> AgentSession:
+        return run_sync(lambda: self.aset_session_name(session_id, autogenerate, session_name, user_id, model=model))
 
     async def adelete_session(self, session_id: str | None = None, user_id=None) -> None:
         """Delete the session and everything in it, for good."""

@@ -166,10 +166,7 @@ class Agent(Component):
 
     async def _agenerate_name(self, session_id, user_id) -> tuple[str, bool]:
         """One model call over the last three runs: at most five words (a fallback if the model fails)."""
-        from .naming import generate_session_name
-
-        transcript = await self.aget_chat_history(session_id, last_n_runs=3, user_id=user_id)
-        return await generate_session_name(self.resolved_model(), transcript)
+        return await self._aname_with(self.resolved_model(), session_id, user_id)
 
 
 def update_session_state(session_state_updates: dict, run_context: RunContext) -> str:

@@ -253,6 +253,7 @@ class StepStartedEvent(BaseRunEvent):
     step_type: str = "step"  # step, steps, condition, router, parallel, loop
     executor_type: str = ""  # agent, team or function
     executor_name: str = ""
+    executor_id: str = ""  # the agent's or team's id, the function's name: its run's component_id
 
 
 @dataclass(kw_only=True)

@@ -361,7 +361,8 @@ class Step(_Primitive):
             config, message = self._config(context, step_input)
             child = loop.child(config, message, step_name=self.name, source_prefix=f"step:{self.name}/")
             yield context.event(ev.StepStartedEvent, run_id=child.run_id, step_name=self.name,
-                                executor_type=self.executor_type, executor_name=self.executor_name)
+                                executor_type=self.executor_type, executor_name=self.executor_name,
+                                executor_id=config.component_id)
             first_change = len(tracker.changes)
             async with aclosing(child.events()) as child_events:
                 async for event in child_events:

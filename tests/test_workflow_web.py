@@ -111,3 +111,20 @@ class WorkflowWebTests(LiveTestMixin, TransactionTestCase):
         assert response.status_code == 200
         assert re.search(r'<ul class="step-runs"><li><a href="[^"]+">Shopping assistant</a> agent · completed', html)
         assert "Tally</a> function · completed" in html
+
+
+class TestTitles(LiveTestMixin, TransactionTestCase):
+    async def test_a_workflow_session_is_titled_by_the_apps_model_like_any_other(self):
+        from chatapp import titles
+
+        alice = await sync_to_async(make_user)("alice")
+        self.llm.responder = lambda body: Text("Milk shopping plan") if "at most five words" in (
+            body["messages"][0].get("content") or "") else ToolCalls([("add_item", {"item": "milk"})]) if (
+            body["messages"][-1]["role"] != "tool") else Text("Added milk.")
+        session = await sync_to_async(make_session)(alice, component_id="shopping-workflow", kind="workflow")
+        from chatapp.assistants import get_assistant
+
+        await get_assistant("shopping-workflow").arun("add milk", session_id=session.session_id, user_id=alice)
+        assert await titles.generate_title(session, alice)
+        named = await ChatSession.objects.aget(pk=session.pk)
+        assert (named.name, named.name_source) == ("Milk shopping plan", "auto")

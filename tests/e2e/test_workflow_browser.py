@@ -1,0 +1,101 @@
+"""Workflows and teams in headless Chromium on the offline model: steps appear live as they start, the
+state panel follows, and a reload shows the same transcript."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import Daphne, _server_env, log_in
+from tests.factories import make_session, make_user
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+expect.set_options(timeout=10_000)
+
+
+@pytest.fixture(scope="module")
+def slow_offline_server(django_db_setup):
+    """The offline model with a pause between words, so a step is seen while it runs."""
+    server = Daphne(_server_env(OFFLINE_MODEL_DELAY="0.12"))
+    yield server
+    server.stop()
+
+
+def open_chat(page, server, session):
+    page.goto(f"{server.url}/s/{session.session_id}/")
+    expect(page.locator(".session-area[data-live='open']")).to_have_count(1)
+
+
+def send(page, text: str):
+    page.locator("#composer-text").fill(text)
+    page.locator("#composer-text").press("Enter")
+
+
+def transcript_html(page) -> str:
+    """The transcript's runs as markup, without what differs between a live page and a fresh one."""
+    html = page.locator("#transcript").inner_html()
+    html = re.sub(r'\s(open|aria-busy)(="[^"]*")?', "", html)
+    return re.sub(r"\s+", " ", html)
+
+
+def test_the_shopping_workflow_shows_its_steps_live_and_the_same_after_a_reload(page, context, slow_offline_server,
+                                                                                 screenshots):
+    alice = make_user("alice", "pw-alice-123")
+    session = make_session(alice, component_id="shopping-workflow", kind="workflow")
+    log_in(context, slow_offline_server.url, alice)
+    open_chat(page, slow_offline_server, session)
+
+    send(page, "add milk, eggs and bread")
+    run = page.locator("#transcript .run").last
+    # One moment seen whole: the first step's row is there, running, and the next one not yet.
+    page.wait_for_function("""() => {
+        const steps = [...document.querySelectorAll('#transcript .run:last-of-type .step')];
+        return steps.length === 1 && steps[0].dataset.status === 'running'
+            && steps[0].querySelector('.step-name').textContent === 'Shopping assistant';
+    }""")
+    page.screenshot(path=str(screenshots / "workflow-step-running.png"))
+    expect(page.locator("#state-panel")).to_contain_text("bread")  # the step's tools changed the state
+
+    expect(run).to_have_attribute("data-status", "completed")
+    expect(run.locator(".step")).to_have_count(2)
+    expect(run.locator(".step .step-name")).to_have_text(["Shopping assistant", "Tally"])
+    expect(run.locator(".step[data-status='completed']")).to_have_count(2)
+    expect(run.locator(".reply")).to_contain_text("Your list has 3 item(s): milk, eggs, bread.")
+    expect(page.locator("#state-panel")).to_contain_text("item_count")
+    expect(page.locator("#state-panel")).to_contain_text("step:Tally/function")  # the timeline names the step
+    run.locator(".step").first.locator("> summary").click()
+    expect(run.locator(".step").first.locator(".tool-name").first).to_have_text("add_item")
+    page.screenshot(path=str(screenshots / "workflow-done.png"))
+    live = transcript_html(page)
+
+    page.reload()
+    expect(page.locator(".session-area[data-live='open']")).to_have_count(1)
+    expect(page.locator("#transcript .run .step")).to_have_count(2)
+    assert transcript_html(page) == live
+
+
+def test_the_project_team_shows_each_delegation_and_the_state(page, context, slow_offline_server):
+    alice = make_user("alice", "pw-alice-123")
+    session = make_session(alice, component_id="project-team", kind="team")
+    log_in(context, slow_offline_server.url, alice)
+    open_chat(page, slow_offline_server, session)
+
+    send(page, "add a Deploy step with high priority")
+    run = page.locator("#transcript .run").last
+    member = run.locator(".step").first
+    expect(member.locator(".step-name")).to_have_text("Planner")
+    expect(member.locator(".step-kind")).to_have_text("member")
+    expect(run).to_have_attribute("data-status", "completed")
+    expect(member).to_have_attribute("data-status", "completed")
+    expect(run.locator(".reply")).to_contain_text("Planner:")
+    expect(page.locator("#state-panel")).to_contain_text("Deploy")
+    expect(page.locator("#state-panel")).to_contain_text("member:Planner/tool:add_step")
+    member.locator("> summary").click()
+    expect(member.locator(".step-task")).to_contain_text("add a Deploy step with high priority")
+    live = transcript_html(page)
+
+    page.reload()
+    expect(page.locator("#transcript .run .step")).to_have_count(1)
+    assert transcript_html(page) == live
