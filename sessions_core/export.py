@@ -27,18 +27,30 @@ from django.utils import timezone
 
 from . import state as state_module
 from .model_api import TOOL_FIELD_CHARS
-from .models import ChatSession, Message, NameSource, Role, Run, RunStatus, StateChange
+from .models import ChatSession, Message, NameSource, Role, Run, RunKind, RunStatus, SessionKind, StateChange
 from .storable import storable, storable_tree
 
 BATCH_RUNS = 200
 FORMAT_VERSION = 1
 
 
+def _shown(prefix: str = "") -> Prefetch:
+    return Prefetch(f"{prefix}messages", queryset=Message.objects.exclude(role=Role.SYSTEM).order_by("seq"),
+                    to_attr="shown")
+
+
+def _steps(prefix: str = "") -> Prefetch:
+    return Prefetch(f"{prefix}children", queryset=Run.objects.order_by("pk"), to_attr="steps")
+
+
 def _runs(session: ChatSession) -> Iterator[Run]:
-    """Top-level runs, oldest first, each with `shown` (its messages but the system prompt, by seq)."""
-    shown = Prefetch("messages", queryset=Message.objects.exclude(role=Role.SYSTEM).order_by("seq"), to_attr="shown")
+    """Top-level runs, oldest first, each with `shown` (its messages but the system prompt, by seq) and
+    `steps` (a workflow's step runs, a team's member runs, and theirs: two levels down)."""
     runs = Run.objects.filter(session=session, parent_run__isnull=True).order_by("pk")
-    return runs.prefetch_related(shown).iterator(chunk_size=BATCH_RUNS)
+    prefetch = [_shown()]
+    if session.kind != "agent":  # only then: an agent session's export stays at two queries a batch
+        prefetch += [_steps(), _shown("steps__"), _steps("steps__"), _shown("steps__steps__")]
+    return runs.prefetch_related(*prefetch).iterator(chunk_size=BATCH_RUNS)
 
 
 def _time(value: datetime | None) -> str | None:
@@ -56,18 +68,23 @@ def _message(message: Message) -> dict:
 
 
 def _run(run: Run) -> dict:
-    return {
-        "run_id": run.run_id, "status": run.status, "input": run.input, "content": run.content,
+    data = {
+        "run_id": run.run_id, "kind": run.kind, "status": run.status, "input": run.input, "content": run.content,
         "error": run.error, "model": run.model_id,
         "created_at": _time(run.created_at), "finished_at": _time(run.finished_at), "metrics": run.metrics,
         "state_version": run.state_version, "messages": [_message(message) for message in run.shown],
     }
+    steps = getattr(run, "steps", None) or []
+    if steps:
+        data["steps"] = [{"step_name": step.step_name, "component": step.component_id, **_run(step)} for step in steps]
+    return data
 
 
 def session_header(session: ChatSession) -> dict:
     """What a session is, without its runs."""
     return {
         "session_id": session.session_id, "name": session.name, "assistant": session.component_id,
+        "kind": session.kind,
         "created_at": _time(session.created_at), "last_activity_at": _time(session.last_activity_at),
         "session_state": session.session_state, "state_version": session.state_version,
         "summary": session.summary, "metadata": session.metadata,
@@ -168,6 +185,9 @@ class _MessageIn(pydantic.BaseModel):
 
 
 class _RunIn(pydantic.BaseModel):
+    kind: RunKind = RunKind.AGENT
+    step_name: str = ""
+    component: str | None = None
     status: RunStatus
     input: str | None = None
     content: str | None = None
@@ -177,6 +197,7 @@ class _RunIn(pydantic.BaseModel):
     finished_at: datetime | None = None
     metrics: dict = {}
     messages: list[_MessageIn] = []
+    steps: list[_RunIn] = []  # a workflow's steps, a team's members
 
 
 class _SessionIn(pydantic.BaseModel):
@@ -184,6 +205,7 @@ class _SessionIn(pydantic.BaseModel):
     version: Literal[1]
     name: str = ""
     assistant: str = ""
+    kind: SessionKind = SessionKind.AGENT
     created_at: datetime | None = None
     last_activity_at: datetime | None = None
     session_state: dict = {}
@@ -231,10 +253,10 @@ def _refuse_constant(name: str):
 def _import_session(data: _SessionIn, user) -> ChatSession:
     now = timezone.now()
     name = storable(_line(data.name))[:200]
-    session = ChatSession.objects.create(
-        owner=user, component_id=storable(data.assistant)[:128], name=name,
-        name_source=NameSource.USER if name else NameSource.NONE, summary=data.summary and storable_tree(data.summary),
-        metadata=storable_tree(data.metadata), created_at=_aware(data.created_at) or now,
+    session = ChatSession.objects.new(
+        owner=user, component_id=storable(data.assistant)[:128], kind=data.kind, metadata=storable_tree(data.metadata),
+        name=name, name_source=NameSource.USER if name else NameSource.NONE,
+        summary=data.summary and storable_tree(data.summary), created_at=_aware(data.created_at) or now,
         last_activity_at=_aware(data.last_activity_at or data.created_at) or now,
     )
     state = storable_tree(data.session_state)
@@ -243,30 +265,37 @@ def _import_session(data: _SessionIn, user) -> ChatSession:
         StateChange.objects.create(session=session, version=1, patch=patch, inverse=inverse, source="import",
                                    created_at=now)
         session.session_state, session.state_version = state, 1
-    runs = Run.objects.bulk_create(
-        Run(session=session, component_id=session.component_id,
-            status=RunStatus.INTERRUPTED if run.status == RunStatus.RUNNING else run.status,
-            input=storable(run.input if run.input is not None else _first_user_text(run)),
-            content=storable(run.content if run.content is not None else _reply_text(run)),
-            error=storable(run.error), model_id=storable(run.model)[:128], metrics=storable_tree(run.metrics),
-            created_at=_aware(run.created_at) or now, finished_at=_aware(run.finished_at or run.created_at) or now)
-        for run in data.runs
-    )
-    messages, seq = [], 0
-    for run, stored in zip(data.runs, runs, strict=True):
-        for message in run.messages:
-            seq += 1
-            messages.append(Message(
-                session=session, run=stored, seq=seq, role=message.role, content=storable(message.content),
-                tool_calls=message.tool_calls and storable_tree(message.tool_calls),
-                tool_call_id=storable(message.tool_call_id)[:TOOL_FIELD_CHARS],
-                tool_name=storable(message.tool_name)[:TOOL_FIELD_CHARS], tool_error=message.tool_error,
-                created_at=_aware(message.created_at) or stored.created_at,
-            ))
+    messages: list[Message] = []
+    level: list[tuple[_RunIn, Run | None]] = [(run, None) for run in data.runs]
+    seq = 0
+    while level:  # the top-level runs, then their steps, then theirs: a bulk insert per level
+        stored_level = Run.objects.bulk_create(_imported_run(session, run, parent, now) for run, parent in level)
+        for (run, _), stored in zip(level, stored_level, strict=True):
+            for message in run.messages:
+                seq += 1
+                messages.append(Message(
+                    session=session, run=stored, seq=seq, role=message.role, content=storable(message.content),
+                    tool_calls=message.tool_calls and storable_tree(message.tool_calls),
+                    tool_call_id=storable(message.tool_call_id)[:TOOL_FIELD_CHARS],
+                    tool_name=storable(message.tool_name)[:TOOL_FIELD_CHARS], tool_error=message.tool_error,
+                    created_at=_aware(message.created_at) or stored.created_at,
+                ))
+        level = [(step, stored) for (run, _), stored in zip(level, stored_level, strict=True) for step in run.steps]
     Message.objects.bulk_create(messages, batch_size=500)
     session.last_seq = seq
     session.save(update_fields=["session_state", "state_version", "last_seq"])
     return session
+
+
+def _imported_run(session: ChatSession, run: _RunIn, parent: Run | None, now) -> Run:
+    return Run(
+        session=session, parent_run=parent, kind=run.kind, step_name=storable(run.step_name)[:200],
+        component_id=storable(run.component if run.component is not None else session.component_id)[:128],
+        status=RunStatus.INTERRUPTED if run.status == RunStatus.RUNNING else run.status,
+        input=storable(run.input if run.input is not None else _first_user_text(run)),
+        content=storable(run.content if run.content is not None else _reply_text(run)),
+        error=storable(run.error), model_id=storable(run.model)[:128], metrics=storable_tree(run.metrics),
+        created_at=_aware(run.created_at) or now, finished_at=_aware(run.finished_at or run.created_at) or now)
 
 
 def _aware(value: datetime | None) -> datetime | None:

@@ -59,8 +59,9 @@ class ChatSessionQuerySet(models.QuerySet):
         now = now or timezone.now()
         if session_id:
             fields["session_id"] = session_id
-        return self.create(owner=owner, component_id=component_id, kind=kind, metadata=dict(metadata or {}),
-                           created_at=now, last_activity_at=now, **fields)
+        fields.setdefault("created_at", now)
+        fields.setdefault("last_activity_at", now)
+        return self.create(owner=owner, component_id=component_id, kind=kind, metadata=dict(metadata or {}), **fields)
 
     def trashed(self):
         return self.filter(deleted_at__isnull=False)

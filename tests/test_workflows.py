@@ -2,6 +2,7 @@
 (SPEC Part 1 items 14-20) where Agno differs. Agent steps talk to the local test model server."""
 
 import asyncio
+import json
 import threading
 
 import pydantic
@@ -496,3 +497,30 @@ class TestCancellation(EngineTestMixin, TransactionTestCase):
         assert statuses == {"": "cancelled", "Slow": "cancelled"}  # count_up never started
         assert ChatSession.objects.get().lease_token == ""
         assert self.llm.wait_for_disconnects(1)
+
+
+class TestExport(WorkflowTestCase):
+    def test_a_workflow_session_exports_and_imports_with_its_steps(self):
+        from sessions_core.export import export_json, import_json
+
+        (alice,) = make_users("alice")
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk."))
+        workflow = self.workflow([self.shopper(), Step(name="counter", executor=count_up)],
+                                 session_state={"shopping_list": []})
+        workflow.run("add milk", session_id="w", user_id="alice")
+        original = ChatSession.objects.get(session_id="w")
+        document = "".join(export_json(original))
+        exported = json.loads(document)
+        assert exported["kind"] == "workflow" and exported["runs"][0]["kind"] == "workflow"
+        assert [(step["step_name"], step["kind"]) for step in exported["runs"][0]["steps"]] == [
+            ("Shopper", "agent"), ("counter", "function")]
+
+        (copy,) = import_json(document, alice)
+
+        def tree(session):
+            return [(run.kind, run.step_name, run.status, run.input, run.content, run.parent_run is not None,
+                     list(run.messages.values_list("role", "content")))
+                    for run in Run.objects.filter(session=session).order_by("pk").select_related("parent_run")]
+
+        assert copy.kind == "workflow" and tree(copy) == tree(original)
+        assert copy.session_state == original.session_state
