@@ -48,6 +48,8 @@ _EXPORTS = {
     "SessionOwnershipError": "errors",
     "SessionNotFoundError": "errors",
     "SessionIdNotSetError": "errors",
+    "RunNotFoundError": "branches",
+    "SessionBusyError": "branches",
     "StateNotJSONError": "state",
     "RunEvent": "events",
     "ToolExecution": "events",

@@ -15,12 +15,13 @@ from typing import Any
 
 from django.db import transaction
 
+from . import branches
 from . import state as state_module
 from .bridge import call_sync, run_sync
 from .history import ChatMessage, chat_history
 from .models import ChatSession, Message, NameSource, Run, RunStatus
 from .outputs import RunOutput
-from .owners import owned_session, required_session_id, sessions_of, user_label
+from .owners import owned_session, required_session_id, sessions_of, user_label, validate_session_id
 from .storable import storable
 from .summary import SessionSummary
 
@@ -124,7 +125,7 @@ class SessionAccessors:
     async def aget_last_run_output(self, session_id: str | None = None, user_id=None) -> RunOutput | None:
         def load():
             session = self._owned(session_id, user_id)
-            runs = Run.objects.using(self.db_alias).filter(session=session, parent_run__isnull=True)
+            runs = Run.objects.using(self.db_alias).filter(session=session, parent_run__isnull=True, abandoned=False)
             run = runs.filter(component_id=self.id).order_by("-id").first()
             if run is None:
                 return None
@@ -206,6 +207,39 @@ class SessionAccessors:
     def set_session_name(self, session_id: str | None = None, autogenerate: bool = False,
                          session_name: str | None = None, user_id=None, *, model=None) -> AgentSession:
         return run_sync(lambda: self.aset_session_name(session_id, autogenerate, session_name, user_id, model=model))
+
+    # -- branches (branches.py) -------------------------------------------------------------------
+
+    async def aset_current_branch(self, run_id: str, session_id: str | None = None, user_id=None) -> RunOutput:
+        """Switch the session to the branch of `run_id` (its newest leaf); the state becomes the state at
+        the end of that leaf (a change recorded as "branch:switch"). Returns the leaf's output."""
+        def switch():
+            with transaction.atomic(using=self.db_alias):
+                session = self._owned(session_id, user_id, lock=True)
+                leaf = branches.switch_to(session, run_id, self.db_alias)
+                session.refresh_from_db(using=self.db_alias)
+                return self._run_output(session, leaf)
+
+        return await call_sync(switch)
+
+    def set_current_branch(self, run_id: str, session_id: str | None = None, user_id=None) -> RunOutput:
+        return run_sync(lambda: self.aset_current_branch(run_id, session_id, user_id))
+
+    async def afork_session(self, run_id: str | None = None, session_id: str | None = None, user_id=None,
+                            new_session_id: str | None = None) -> str:
+        """A new session of the same user with the runs up to `run_id` (default: the current branch's last)
+        and the state as of that run; its metadata has forked_from_session_id and forked_from_run_id.
+        Returns the new session's id."""
+        def copy():
+            session = self._owned(session_id, user_id)
+            new_id = validate_session_id(new_session_id) if new_session_id else None
+            return branches.fork(session, run_id, self.db_alias, new_id).session_id
+
+        return await call_sync(copy)
+
+    def fork_session(self, run_id: str | None = None, session_id: str | None = None, user_id=None,
+                     new_session_id: str | None = None) -> str:
+        return run_sync(lambda: self.afork_session(run_id, session_id, user_id, new_session_id))
 
     async def adelete_session(self, session_id: str | None = None, user_id=None) -> None:
         """Delete the session and everything in it, for good."""

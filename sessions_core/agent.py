@@ -161,8 +161,9 @@ class Agent(Component):
             session_summary_manager=self.session_summary_manager,
         )
 
-    def _make_loop(self, config: RunConfig, input, *, session_id, user, session_state, run_id) -> RunLoop:
-        return RunLoop(config, input, session_id=session_id, user=user, session_state=session_state, run_id=run_id)
+    def _make_loop(self, config: RunConfig, input, *, session_id, user, session_state, run_id, branch=None) -> RunLoop:
+        return RunLoop(config, input, session_id=session_id, user=user, session_state=session_state, run_id=run_id,
+                       branch=branch)
 
     async def _agenerate_name(self, session_id, user_id) -> tuple[str, bool]:
         """One model call over the last three runs: at most five words (a fallback if the model fails)."""

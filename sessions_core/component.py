@@ -51,7 +51,7 @@ class Component(SessionAccessors):
     def base_config(self) -> RunConfig:
         raise NotImplementedError
 
-    def _make_loop(self, config: RunConfig, input, *, session_id: str, user, session_state, run_id):
+    def _make_loop(self, config: RunConfig, input, *, session_id: str, user, session_state, run_id, branch=None):
         raise NotImplementedError
 
     # -- runs -------------------------------------------------------------------------------------
@@ -87,36 +87,85 @@ class Component(SessionAccessors):
             changes[name] = value
         return replace(base, **changes)
 
-    def _loop(self, input, session_id, user_id, session_state, run_id, stream_events, options):
+    def _loop(self, input, session_id, user_id, session_state, run_id, stream_events, options, branch=None):
         session_id = self._resolve_session_id(session_id)
         user = user_id if user_id not in (None, "") else self.user_id
         config = self.run_config(stream_events, options)
         return self._make_loop(config, input, session_id=session_id, user=user, session_state=session_state,
-                               run_id=run_id)
+                               run_id=run_id, branch=branch)
+
+    def _start(self, input, branch, *, session_id, user_id, session_state, stream, stream_events, run_id,
+               yield_run_output, options):
+        """The one way a run is started: await the result for the output, or iterate it (stream=True)."""
+        stream = self.stream if stream is None else stream
+        stream_events = bool(stream and (self.stream_events if stream_events is None else stream_events))
+        loop = self._loop(input, session_id, user_id, session_state, run_id, stream_events, options, branch)
+        if stream:
+            return self._stream(loop, stream_events, yield_run_output)
+        return self._complete(loop)
+
+    def _sync(self, start, stream: bool | None):
+        """A sync adapter of `start` (a callable starting the async run with the given stream flag)."""
+        if self.stream if stream is None else stream:
+            return iterate_sync(lambda: start(True))
+        return run_sync(lambda: start(False))
 
     def run(self, input=None, *, session_id: str | None = None, user_id=None, session_state: dict | None = None,
             stream: bool | None = None, stream_events: bool | None = None, run_id: str | None = None,
             yield_run_output: bool = False, **options):
         """Run one turn. Returns the run's output, or with stream=True an iterator of events."""
         self._check_options("run", options)
-        stream = self.stream if stream is None else stream
-        kwargs = dict(session_id=session_id, user_id=user_id, session_state=session_state, run_id=run_id, **options)
-        if stream:
-            return iterate_sync(lambda: self.arun(input, stream=True, stream_events=stream_events,
-                                                  yield_run_output=yield_run_output, **kwargs))
-        return run_sync(lambda: self.arun(input, **kwargs))
+        return self._sync(lambda streaming: self.arun(
+            input, session_id=session_id, user_id=user_id, session_state=session_state, stream=streaming,
+            stream_events=stream_events, run_id=run_id, yield_run_output=yield_run_output, **options), stream)
 
     def arun(self, input=None, *, session_id: str | None = None, user_id=None, session_state: dict | None = None,
              stream: bool | None = None, stream_events: bool | None = None, run_id: str | None = None,
              yield_run_output: bool = False, **options):
         """Async twin of `run`: await it for the output, or iterate it (stream=True) for events."""
         self._check_options("arun", options)
-        stream = self.stream if stream is None else stream
-        stream_events = bool(stream and (self.stream_events if stream_events is None else stream_events))
-        loop = self._loop(input, session_id, user_id, session_state, run_id, stream_events, options)
-        if stream:
-            return self._stream(loop, stream_events, yield_run_output)
-        return self._complete(loop)
+        return self._start(input, None, session_id=session_id, user_id=user_id, session_state=session_state,
+                           stream=stream, stream_events=stream_events, run_id=run_id,
+                           yield_run_output=yield_run_output, options=options)
+
+    # -- branches (branches.py) ---------------------------------------------------------------------
+
+    def regenerate(self, run_id: str | None = None, *, session_id: str | None = None, user_id=None,
+                   stream: bool | None = None, stream_events: bool | None = None, yield_run_output: bool = False,
+                   **options):
+        """Run the input of `run_id` (default: the last run of the current branch) again, as a sibling
+        branch that starts from the state as of that run's start. Returns its output (or its events)."""
+        self._check_options("regenerate", options)
+        return self._sync(lambda streaming: self.aregenerate(
+            run_id, session_id=session_id, user_id=user_id, stream=streaming, stream_events=stream_events,
+            yield_run_output=yield_run_output, **options), stream)
+
+    def aregenerate(self, run_id: str | None = None, *, session_id: str | None = None, user_id=None,
+                    stream: bool | None = None, stream_events: bool | None = None, yield_run_output: bool = False,
+                    **options):
+        self._check_options("aregenerate", options)
+        return self._start(None, (run_id, "regenerate"), session_id=session_id, user_id=user_id, session_state=None,
+                           stream=stream, stream_events=stream_events, run_id=None,
+                           yield_run_output=yield_run_output, options=options)
+
+    def edit_and_rerun(self, run_id: str, input, *, session_id: str | None = None, user_id=None,
+                       stream: bool | None = None, stream_events: bool | None = None, yield_run_output: bool = False,
+                       **options):
+        """Run `input` instead of `run_id`'s, as a sibling branch from the state as of that run's start."""
+        self._check_options("edit_and_rerun", options)
+        return self._sync(lambda streaming: self.aedit_and_rerun(
+            run_id, input, session_id=session_id, user_id=user_id, stream=streaming, stream_events=stream_events,
+            yield_run_output=yield_run_output, **options), stream)
+
+    def aedit_and_rerun(self, run_id: str, input, *, session_id: str | None = None, user_id=None,
+                        stream: bool | None = None, stream_events: bool | None = None, yield_run_output: bool = False,
+                        **options):
+        self._check_options("aedit_and_rerun", options)
+        if not run_id:
+            raise ValueError("edit_and_rerun needs the id of the run whose input is edited")
+        return self._start(input, (run_id, "edit"), session_id=session_id, user_id=user_id, session_state=None,
+                           stream=stream, stream_events=stream_events, run_id=None,
+                           yield_run_output=yield_run_output, options=options)
 
     @staticmethod
     async def _stream(loop, stream_events: bool, yield_run_output: bool) -> AsyncIterator:

@@ -77,13 +77,14 @@ def history(store: RunStore, session_pk: int, num_runs: int | None, num_messages
 
 
 def chat_history(session_pk: int, alias: str, last_n_runs: int | None = None) -> list[ChatMessage]:
-    """User and assistant messages of the session's runs of every status, oldest first."""
+    """User and assistant messages of the session's runs of every status on its current branch, oldest first."""
     messages = Message.objects.using(alias).filter(
-        session_id=session_pk, role__in=(Role.USER, Role.ASSISTANT), run__parent_run__isnull=True
+        session_id=session_pk, role__in=(Role.USER, Role.ASSISTANT), run__parent_run__isnull=True,
+        run__abandoned=False,
     )
     if last_n_runs is not None:
         run_ids = (
-            Run.objects.using(alias).filter(session_id=session_pk, parent_run__isnull=True)
+            Run.objects.using(alias).filter(session_id=session_pk, parent_run__isnull=True, abandoned=False)
             .order_by("-id").values("id")[: max(last_n_runs, 0)]
         )
         messages = messages.filter(run_id__in=run_ids)
@@ -97,8 +98,9 @@ def _with_run_id(message: ChatMessage, run_id: str) -> ChatMessage:
 
 
 def completed_messages(session_pk: int, alias: str, last_n_runs: int | None = None) -> list[ChatMessage]:
-    """Messages of the session's completed top-level runs (the last `last_n_runs` of them), oldest first."""
-    runs = Run.objects.using(alias).filter(session_id=session_pk, status=RunStatus.COMPLETED, parent_run__isnull=True)
+    """Messages of the completed top-level runs on the session's branch (the last `last_n_runs`), oldest first."""
+    runs = Run.objects.using(alias).filter(session_id=session_pk, status=RunStatus.COMPLETED, parent_run__isnull=True,
+                                           abandoned=False)
     if last_n_runs is not None:
         runs = runs.order_by("-id")[:last_n_runs]
     rows = Message.objects.using(alias).filter(run_id__in=runs.values("id")).exclude(role=Role.SYSTEM)

@@ -97,6 +97,12 @@ class ChatSession(models.Model):
     lease_token = models.CharField(max_length=64, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     last_seq = models.BigIntegerField(default=0, help_text="Highest Message.seq in this session.")
+    # No constraint or index: SQLite then adds and drops the column in place instead of rebuilding the
+    # table, which would drop the search triggers on it (migration 0002). Django still sets it NULL when
+    # the run is deleted.
+    current_leaf = models.ForeignKey(
+        "Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False,
+        db_index=False, help_text="The last top-level run of the branch the session is on: the next run follows it.")
 
     objects = ChatSessionQuerySet.as_manager()
 
@@ -206,6 +212,11 @@ class Run(models.Model):
     parent_run = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children",
                                    help_text="The workflow or team run this step or member run belongs to.")
     kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.AGENT)
+    follows = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="followers",
+        help_text="The top-level run this one came after (none for the first): runs form a tree of branches.")
+    abandoned = models.BooleanField(
+        default=False, help_text="On a branch the session has left (regenerated, edited, switched away): kept.")
     step_name = models.CharField(max_length=200, blank=True, help_text="The workflow step or team member it ran as.")
     component_id = models.CharField(max_length=128, blank=True)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.RUNNING)

@@ -44,6 +44,7 @@ class SessionRow(NamedTuple):
     last_seq: int
     lease_token: str
     lease_live: bool  # a lease is held and has not expired
+    current_leaf: int | None = None  # the run the next one follows
 
 
 class HistoryRow(NamedTuple):
@@ -74,8 +75,9 @@ def _columns(model, connection, names: tuple[str, ...], prefix: str = "") -> lis
 _MESSAGE_FIELDS = ("session", "run", "seq", "role", "content", "tool_calls", "tool_call_id", "tool_name",
                    "tool_error", "created_at")
 _HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
-_RUN_FIELDS = ("run_id", "session", "parent_run", "kind", "step_name", "component_id", "status", "input", "content",
-               "content_type", "error", "model_id", "metrics", "history_seqs", "cancel_requested", "created_at")
+_RUN_FIELDS = ("run_id", "session", "parent_run", "kind", "step_name", "follows", "abandoned", "component_id", "status",
+               "input", "content", "content_type", "error", "model_id", "metrics", "history_seqs",
+               "cancel_requested", "created_at")
 _CHANGE_FIELDS = ("session", "run", "version", "patch", "inverse", "source", "created_at")
 
 
@@ -89,21 +91,24 @@ class RunSQL:
                                  _table(Message, connection))
         s = {name: quote(ChatSession._meta.get_field(name).column) for name in (
             "id", "owner", "session_id", "session_state", "state_version", "summary", "last_seq", "lease_token",
-            "lease_expires_at", "last_activity_at")}
-        r = {name: quote(Run._meta.get_field(name).column) for name in ("id", "session", "status", "parent_run")}
+            "lease_expires_at", "last_activity_at", "current_leaf")}
+        r = {name: quote(Run._meta.get_field(name).column) for name in ("id", "session", "status", "parent_run",
+                                                                          "abandoned")}
         m = {name: quote(Message._meta.get_field(name).column) for name in ("session", "run", "seq", "role")}
         lock = " FOR UPDATE OF s" if connection.features.has_select_for_update_of else ""
         # ChatSession.objects.select_for_update(of=("self",)).select_related("owner").filter(session_id=...)
         self.load_session = (
             f"SELECT s.{s['id']}, s.{s['owner']}, u.{quote(User._meta.get_field(User.USERNAME_FIELD).column)},"
             f" s.{s['session_state']}, s.{s['state_version']}, s.{s['summary']}, s.{s['last_seq']},"
-            f" s.{s['lease_token']}, CASE WHEN s.{s['lease_expires_at']} > %s THEN 1 ELSE 0 END"
+            f" s.{s['lease_token']}, CASE WHEN s.{s['lease_expires_at']} > %s THEN 1 ELSE 0 END, s.{s['current_leaf']}"
             f" FROM {_table(ChatSession, connection, 's')}"
             f" LEFT OUTER JOIN {_table(User, connection, 'u')} ON u.{quote(User._meta.pk.column)} = s.{s['owner']}"
             f" WHERE s.{s['session_id']} = %s{lock}"
         )
         history_columns = ", ".join(_columns(Message, connection, _HISTORY_FIELDS, "m."))
-        completed = f"r.{r['status']} = '{RunStatus.COMPLETED.value}' AND r.{r['parent_run']} IS NULL"
+        # Completed top-level runs of the branch the session is on.
+        completed = (f"r.{r['status']} = '{RunStatus.COMPLETED.value}' AND r.{r['parent_run']} IS NULL"
+                     f" AND NOT r.{r['abandoned']}")
         # history.history(num_runs=N): messages of the last N completed top-level runs, no system messages.
         self.history_by_runs = (
             f"SELECT {history_columns} FROM {_table(Message, connection, 'm')}"
@@ -129,9 +134,11 @@ class RunSQL:
         change_columns = ", ".join(_columns(StateChange, connection, _CHANGE_FIELDS))
         self.insert_change = f"INSERT INTO {_table(StateChange, connection)} ({change_columns}) VALUES "
         self.change_values = "(" + ", ".join(["%s"] * len(_CHANGE_FIELDS)) + ")"
+        # The run taking the lease is the session's current leaf from now on (None: keep the leaf).
         self.take_lease = (
             f"UPDATE {session} SET {s['lease_token']} = %s, {s['lease_expires_at']} = %s,"
-            f" {s['last_activity_at']} = %s, {s['last_seq']} = %s WHERE {s['id']} = %s"
+            f" {s['last_activity_at']} = %s, {s['last_seq']} = %s,"
+            f" {s['current_leaf']} = COALESCE(%s, {s['current_leaf']}) WHERE {s['id']} = %s"
         )
         # The usual finish: this run still holds the lease and nobody changed the state meanwhile.
         release = (f"UPDATE {session} SET {s['lease_token']} = '', {s['lease_expires_at']} = NULL,"
@@ -151,6 +158,8 @@ class RunSQL:
         )
         if connection.vendor == "postgresql":
             self._together = {}
+            self._take_lease_after_new_run = self.take_lease.replace(
+                "COALESCE(%s, ", f"COALESCE((SELECT {quote(Run._meta.pk.column)} FROM new_run), ", 1)
             self._release, self._release_where, self._session_id = release, where, s["id"]
             self._state_set = f", {s['session_state']} = CAST(%s AS {state_type}), {s['state_version']} = %s"
             # In a VALUES list that feeds INSERT ... SELECT, each value needs its column's type.
@@ -175,7 +184,7 @@ class RunSQL:
                 f", new_messages AS (INSERT INTO {self._tables[1]} ({self._message_columns})"
                 f" SELECT {self._first_select} FROM new_run,"
                 f" (VALUES {', '.join([self._first_row] * messages)}) AS v({', '.join(self._first_names)}))"
-                f", leased AS ({self.take_lease})"
+                f", leased AS ({self._take_lease_after_new_run})"
                 f" SELECT * FROM new_run"
             )
         return statement
@@ -304,9 +313,9 @@ class RunStore:
         row = self.execute(self.sql.load_session, (self._datetime(now), session_id)).fetchone()
         if row is None:
             return None
-        pk, owner_id, owner_name, state, version, summary, last_seq, token, live = row
+        pk, owner_id, owner_name, state, version, summary, last_seq, token, live, leaf = row
         return SessionRow(pk, owner_id, owner_name, state or "{}", version, _load(summary), last_seq, token,
-                          bool(live))
+                          bool(live), leaf)
 
     def history(self, session_pk: int, num_runs: int | None, num_messages: int | None) -> list[HistoryRow]:
         """See history.history: the same rows, oldest first (before orphaned tool results are dropped)."""
@@ -326,15 +335,15 @@ class RunStore:
 
     def insert_run(self, *, run_id: str, session_pk: int, component_id: str, input: str, model_id: str,
                    history_seqs: list | None, now: datetime.datetime, kind: str = "agent", parent_pk: int | None = None,
-                   step_name: str = "") -> int:
+                   step_name: str = "", follows_pk: int | None = None) -> int:
         params = self._run_params(run_id, session_pk, component_id, input, model_id, history_seqs, now, kind,
-                                  parent_pk, step_name)
+                                  parent_pk, step_name, follows_pk)
         return self.execute(self.sql.insert_run, params).fetchone()[0]
 
     def _run_params(self, run_id, session_pk, component_id, input, model_id, history_seqs, now, kind="agent",
-                    parent_pk=None, step_name="") -> tuple:
-        return (run_id, session_pk, parent_pk, str(kind), step_name, component_id, RunStatus.RUNNING.value, input,
-                "", "str", "", model_id, self._json({}), self._json(history_seqs), False, self._datetime(now))
+                    parent_pk=None, step_name="", follows_pk=None) -> tuple:
+        return (run_id, session_pk, parent_pk, str(kind), step_name, follows_pk, False, component_id,
+                RunStatus.RUNNING.value, input, "", "str", "", model_id, self._json({}), self._json(history_seqs), False, self._datetime(now))
 
     def insert_messages(self, rows: list[tuple]) -> None:
         """Rows of (session_pk, run_pk, seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, now)."""
@@ -362,11 +371,12 @@ class RunStore:
                        self._datetime(now))
         return params
 
-    def take_lease(self, session_pk: int, token: str, expires_at, now, last_seq: int) -> None:
-        self.execute(self.sql.take_lease, self._lease_params(session_pk, token, expires_at, now, last_seq))
+    def take_lease(self, session_pk: int, token: str, expires_at, now, last_seq: int, leaf: int | None = None) -> None:
+        self.execute(self.sql.take_lease, self._lease_params(session_pk, token, expires_at, now, last_seq, leaf))
 
-    def _lease_params(self, session_pk, token, expires_at, now, last_seq) -> tuple:
-        return (token, self._datetime(expires_at), self._datetime(now), last_seq, session_pk)
+    def _lease_params(self, session_pk, token, expires_at, now, last_seq, leaf=None, together=False) -> tuple:
+        leaf_param = () if together else (leaf,)
+        return (token, self._datetime(expires_at), self._datetime(now), last_seq, *leaf_param, session_pk)
 
     def release_lease(self, session_pk: int, token: str, base_version: int, now, last_seq: int,
                       state_text: str | None = None, state_version: int | None = None) -> bool:
@@ -398,11 +408,11 @@ class RunStore:
         (`RunSQL.start_together`); elsewhere the statements one by one. Call it inside `atomic()`."""
         if self.writes_in_one_statement and messages:
             params = [*self._run_params(**run), *self._message_params(messages, without_run=True),
-                      *self._lease_params(*lease)]
+                      *self._lease_params(*lease, together=True)]
             return self.execute(self.sql.start_together(len(messages)), params).fetchone()[0]
         run_pk = self.insert_run(**run)
         self.insert_messages([(row[0], run_pk, *row[2:]) for row in messages])
-        self.take_lease(*lease)
+        self.take_lease(*lease, leaf=run_pk)
         return run_pk
 
     @property

@@ -28,6 +28,7 @@ from . import history as history_module
 from . import prompt
 from . import run_registry
 from . import state as state_module
+from .branches import start_branch
 from .bridge import call_sync
 from .config import RunConfig
 from .errors import Cancelled, RunFailed
@@ -89,7 +90,7 @@ class RunLoop:
 
     def __init__(self, config: RunConfig, input, *, session_id: str, user, session_state: dict | None,
                  run_id: str | None = None, parent: RunLoop | None = None, step_name: str = "",
-                 source_prefix: str = ""):
+                 source_prefix: str = "", branch: tuple[str | None, str] | None = None):
         self.config = config
         self.alias = config.alias
         self.model = config.model
@@ -101,6 +102,7 @@ class RunLoop:
         self.run_id = str(run_id) if run_id else str(uuid.uuid4())
         self.parent = parent
         self.root: RunLoop = parent.root if parent is not None else self
+        self.branch = branch  # (run id, "regenerate" | "edit"): a sibling of that run (branches.py)
         self.step_name = step_name
         self.source_prefix = source_prefix  # "step:<name>/" or "member:<name>/" on the state changes it makes
         self.event_classes = RUN_EVENT_CLASSES.get(config.kind, RUN_EVENT_CLASSES["agent"])
@@ -304,6 +306,14 @@ class RunLoop:
         elif session.lease_token:
             # The process that held the lease stopped renewing it: its run is over.
             Run.objects.using(alias).filter(session_id=session.pk).interrupt_abandoned(now)
+        follows = session.current_leaf
+        if self.branch is not None:  # a sibling of an earlier run, from the state as it was when that one began
+            run_id, source = self.branch
+            target, state_text, version = start_branch(session.pk, run_id, source, alias)
+            session = session._replace(state_text=state_text, state_version=version)
+            follows = target.follows_id
+            if source == "regenerate":
+                self.input = self.output.input = self.raw_input = target.input
         merged = state_module.merge_for_run(config.session_state, session.state_text, self.run_state,
                                             config.overwrite_db_session_state)
         start = _Start(session_pk=session.pk, base_version=session.state_version, summary=session.summary,
@@ -319,7 +329,7 @@ class RunLoop:
         start.run_pk = store.start_run(
             run={"run_id": self.run_id, "session_pk": session.pk, "component_id": config.component_id,
                  "input": self.input, "model_id": self.model.id if self.model else "", "now": now,
-                 "kind": config.kind,
+                 "kind": config.kind, "follows_pk": follows,
                  "history_seqs": [m.seq for m in start.history] if config.store_history_messages else None},
             messages=rows,
             lease=(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq),

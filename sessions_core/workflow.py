@@ -88,16 +88,17 @@ class Workflow(Component):
             executor=self._execute,
         )
 
-    def _loop(self, input, session_id, user_id, session_state, run_id, stream_events, options):
+    def _loop(self, input, session_id, user_id, session_state, run_id, stream_events, options, branch=None):
         # additional_data is no option of the loop's: it reaches the steps in their StepInput.
         options = dict(options)
         additional_data = options.pop("additional_data", None)
-        loop = super()._loop(input, session_id, user_id, session_state, run_id, stream_events, options)
+        loop = super()._loop(input, session_id, user_id, session_state, run_id, stream_events, options, branch)
         loop.additional_data = additional_data
         return loop
 
-    def _make_loop(self, config: RunConfig, input, *, session_id, user, session_state, run_id) -> RunLoop:
-        return RunLoop(config, input, session_id=session_id, user=user, session_state=session_state, run_id=run_id)
+    def _make_loop(self, config: RunConfig, input, *, session_id, user, session_state, run_id, branch=None) -> RunLoop:
+        return RunLoop(config, input, session_id=session_id, user=user, session_state=session_state, run_id=run_id,
+                       branch=branch)
 
     async def _execute(self, loop: RunLoop) -> AsyncIterator:
         """The workflow run's executor: its steps, in order; the last one's content is the run's."""

@@ -381,7 +381,7 @@ class TestMigration(TransactionTestCase):
             call_command("migrate", "sessions_core", "0001", verbosity=0)
             assert self.search_objects() == set()
             alice = make_user("alice")
-            make_run_at("0001", make_session(alice, name="Written before the index"), "platypus")
+            make_run_at("0001", make_session_at("0001", alice, "Written before the index"), "platypus")
         finally:  # every app: going back unapplied the migrations that depend on these (chatapp's)
             call_command("migrate", verbosity=0)
         assert self.search_objects() == expected
@@ -438,13 +438,25 @@ class TestMigration(TransactionTestCase):
         assert_index_is_exact()
 
 
-def make_run_at(migration: str, session, user_text: str) -> Message:
-    """make_run(session, user_text, None) with the models as they were at `migration` (later columns absent)."""
+def models_at(migration: str):
+    """The engine's models as they were at `migration` (later columns absent)."""
     from django.db.migrations.executor import MigrationExecutor
 
     loader = MigrationExecutor(connection).loader
     node = next(key for key in loader.graph.nodes if key[0] == "sessions_core" and key[1].startswith(migration))
-    apps = loader.project_state(node).apps
+    return loader.project_state(node).apps
+
+
+def make_session_at(migration: str, owner, name: str):
+    """make_session(owner, name=name) at `migration`; the session as the current model reads it back, lazily."""
+    session = models_at(migration).get_model("sessions_core", "ChatSession").objects.create(
+        owner_id=owner.pk, component_id="general", name=name)
+    return ChatSession.objects.only("pk", "session_id", "last_seq").get(pk=session.pk)
+
+
+def make_run_at(migration: str, session, user_text: str) -> Message:
+    """make_run(session, user_text, None) with the models as they were at `migration` (later columns absent)."""
+    apps = models_at(migration)
     run = apps.get_model("sessions_core", "Run").objects.create(session_id=session.pk, status="completed",
                                                                 input=user_text, finished_at=timezone.now())
     session.refresh_from_db(fields=["last_seq"])
