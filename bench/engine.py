@@ -45,13 +45,13 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import _support
+from _support import ROOT, percentile  # noqa: F401 - ROOT and percentile are part of this module's API
+
 LENGTHS = (1, 100, 1_000, 10_000)
 TARGET_MS = 2.0
 GROWTH_NOISE_MS = 0.2  # a difference between two rows that this VM's noise makes in one invocation
@@ -97,17 +97,11 @@ def main() -> None:
 
 
 def run_child(args, url: str, capture: bool = True) -> list[dict]:
-    command = [sys.executable, __file__, "--child", url, "--lengths", args.lengths, "--runs", str(args.runs),
-               "--warmup", str(args.warmup), "--states", args.states, "--paths", args.paths]
+    arguments = ["--lengths", args.lengths, "--runs", str(args.runs), "--warmup", str(args.warmup),
+                 "--states", args.states, "--paths", args.paths]
     if args.profile is not None:
-        command += ["--profile", str(args.profile)]
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}
-    env.update(DATABASE_URL=url, DEBUG="false", SECRET_KEY="bench-engine", DJANGO_SETTINGS_MODULE="chatapp.settings")
-    if not capture:
-        subprocess.run(command, env=env, check=True)
-        return []
-    done = subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE, text=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        arguments += ["--profile", str(args.profile)]
+    return _support.run_child(__file__, url, arguments, capture)
 
 
 def print_table(results: list[dict], args) -> None:
@@ -120,11 +114,7 @@ def print_table(results: list[dict], args) -> None:
         rows.append((row["backend"], row["path"], row["state"], f"{row['length']:,}", f"{row['own_median']:.2f}",
                      f"{row['own_p95']:.2f}", f"{row['cpu_median']:.2f}", f"{row['cpu_p95']:.2f}",
                      f"{row['run_median']:.2f}", f"{row['baseline_median']:.2f}", str(row["queries"])))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    for number, row in enumerate(rows):
-        print("| " + " | ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) + " |")
-        if number == 0:
-            print("|" + "|".join("-" * (width + 2) for width in widths) + "|")
+    _support.print_table(rows)
     groups: dict[tuple[str, str, str], list[dict]] = {}
     for row in results:
         groups.setdefault((row["backend"], row["path"], row["state"]), []).append(row)
@@ -158,29 +148,15 @@ def print_table(results: list[dict], args) -> None:
                   f"a state tool): {verdict} ({figures})")
         else:
             print(f"Beyond the target, {path} path, state {state}: {figures}")
-    print(f"Load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall figures suffer "
-          "when other work shares the machine)")
+    print(_support.load_line())
 
 
 # -- the child: one backend ------------------------------------------------------------------------
 
 
 def child(args) -> None:
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from django.conf import settings
-    from django.db import connection
-
     # A throwaway database: a fresh SQLite file, or a new PostgreSQL database beside the given one.
-    test_settings = settings.DATABASES["default"].setdefault("TEST", {})
-    if connection.vendor == "sqlite":
-        test_settings["NAME"] = str(Path(settings.DATABASES["default"]["NAME"]).with_suffix(".bench.sqlite3"))
-    else:
-        test_settings["NAME"] = f"bench_engine_{os.getpid()}"
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
-    try:
+    with _support.throwaway_database("bench_engine"):
         lengths = [int(value) for value in args.lengths.split(",") if value]
         states = [value for value in args.states.split(",") if value]
         if args.profile is not None:
@@ -189,11 +165,6 @@ def child(args) -> None:
         rows = []
         for path in [value for value in args.paths.split(",") if value]:
             rows += measure_all(path, lengths, states, args.runs, args.warmup)
-    finally:
-        from django.db import connections
-
-        connections.close_all()
-        connection.creation.destroy_test_db(old_name, verbosity=0)
     print(json.dumps(rows))
 
 
@@ -219,17 +190,8 @@ def responder(body: dict):
 
 
 def start_server():
-    """tests/llm_server.py's server, with Nagle's algorithm off: its many small streamed writes would
-    otherwise wait on delayed ACKs (about 40 ms per response on Linux), which is not a zero-latency model."""
-    from tests.llm_server import LLMServer, _Handler
-
-    class Handler(_Handler):
-        disable_nagle_algorithm = True
-
-    server = LLMServer()
-    server.RequestHandlerClass = Handler
-    server.responder = responder
-    return server.start()
+    """The local model server (Nagle off, so it answers at once), scripted by `responder`."""
+    return _support.start_server(responder)
 
 
 def make_agent(model):
@@ -243,7 +205,7 @@ def make_agent(model):
 
 def prefill(agent, session_id: str, length: int, grows: bool) -> None:
     """A session with `length` completed runs, inserted in bulk, shaped like the engine stores them."""
-    from django.db import connection, transaction
+    from django.db import transaction
     from django.utils import timezone
 
     from sessions_core.models import ChatSession, Message, Run, StateChange
@@ -289,11 +251,7 @@ def prefill(agent, session_id: str, length: int, grows: bool) -> None:
             StateChange.objects.bulk_create(changes, batch_size=2000)
         session.last_seq = seq
         session.save(update_fields=["last_seq"])
-    if connection.vendor == "postgresql":
-        # What autovacuum would do shortly after a bulk load anyway; measured without it, the first
-        # rows after a big prefill pay for a background ANALYZE and stale statistics.
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE")
+    _support.analyze_if_postgres()
 
 
 def measure_all(path: str, lengths: list[int], states: list[str], runs: int, warmup: int) -> list[dict]:
@@ -303,7 +261,6 @@ def measure_all(path: str, lengths: list[int], states: list[str], runs: int, war
     Everything is driven from this (main) thread. The async path runs each `agent.arun` on an event
     loop of this thread, so the engine hands its blocking steps to asgiref's executor thread as it
     does under daphne; the sync path calls `agent.run` with no loop running."""
-    import openai
     from asgiref.sync import sync_to_async
     from django.db import connections
     from django.test.utils import CaptureQueriesContext
@@ -316,20 +273,7 @@ def measure_all(path: str, lengths: list[int], states: list[str], runs: int, war
     server = start_server()
     model = OpenAIChat(id="bench-model", base_url=server.base_url, api_key="bench", max_retries=0)
     agent = make_agent(model)
-    client = openai.AsyncOpenAI(base_url=server.base_url, api_key="bench", max_retries=0)
-
-    async def replay(bodies: list[dict]) -> None:
-        for body in bodies:
-            # Sent as the engine sends it: messages and tools through extra_body, past the SDK's
-            # per-message transform (which would add 2-3 ms per request to the baseline only).
-            passed = ("stream", "stream_options", "messages", "tools")
-            request = {key: value for key, value in body.items() if key not in passed}
-            extra = {key: body[key] for key in ("messages", "tools") if key in body}
-            async with client.chat.completions.with_streaming_response.create(
-                **request, messages=[], extra_body=extra, stream=True, stream_options={"include_usage": True}
-            ) as response:
-                async for _line in response.iter_lines():
-                    pass
+    baseline = _support.Baseline(server.base_url)
 
     if path == "sync":
         def run(session_id: str):
@@ -346,16 +290,7 @@ def measure_all(path: str, lengths: list[int], states: list[str], runs: int, war
 
     def one_run(session_id: str) -> tuple[float, float, float, float]:
         """(run wall ms, baseline wall ms, run CPU ms, baseline CPU ms); CPU is the whole process's."""
-        mark = len(server.requests)
-        started, started_cpu = time.perf_counter(), time.process_time()
-        output = run(session_id)
-        ran, ran_cpu = time.perf_counter(), time.process_time()
-        assert output.status == "completed", output.error
-        bodies = server.requests[mark:]
-        assert len(bodies) == 2, len(bodies)
-        loop.run_until_complete(replay(bodies))
-        done, done_cpu = time.perf_counter(), time.process_time()
-        return (ran - started) * 1000, (done - ran) * 1000, (ran_cpu - started_cpu) * 1000, (done_cpu - ran_cpu) * 1000
+        return _support.timed_run(lambda: run(session_id), server, baseline, loop, model_calls=2)
 
     connection = on_engine_thread(lambda: connections["default"])
     rows = []
@@ -395,16 +330,11 @@ def measure_all(path: str, lengths: list[int], states: list[str], runs: int, war
                 print(f"  {path} {state} {length:>6,}: own {rows[-1]['own_median']:.2f} ms median, "
                       f"{rows[-1]['queries']} queries", file=sys.stderr, flush=True)
     finally:
-        loop.run_until_complete(client.close())
+        loop.run_until_complete(baseline.close())
         server.stop()
         on_engine_thread(connections.close_all)
         loop.close()
     return rows
-
-
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * len(ordered)) - 1))]
 
 
 def profile(length: int, runs: int, warmup: int, grows: bool) -> None:

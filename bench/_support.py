@@ -1,0 +1,150 @@
+"""What the benchmarks share: child processes on a throwaway database, the local model server, the
+bare-openai baseline, one timed run, and the table.
+
+Used by bench/engine.py (agent runs) and bench/workflow.py (workflows and teams).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- processes and databases -----------------------------------------------------------------------
+
+
+def run_child(script: str, url: str, arguments: list[str], capture: bool = True) -> list[dict]:
+    """Run `script --child URL ARGUMENTS...` against the database at `url`, with the app's settings
+    as deployed (DEBUG off: no query log kept); its last stdout line is the JSON of its rows."""
+    command = [sys.executable, script, "--child", url, *arguments]
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}
+    env.update(DATABASE_URL=url, DEBUG="false", SECRET_KEY="bench-engine", DJANGO_SETTINGS_MODULE="chatapp.settings")
+    if not capture:
+        subprocess.run(command, env=env, check=True)
+        return []
+    done = subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def throwaway_database(prefix: str = "bench_engine") -> Iterator[None]:
+    """Django set up on a fresh database: a new SQLite file beside the configured one, or on PostgreSQL
+    a new database `<prefix>_<pid>` beside the one in the URL (the role needs CREATEDB), dropped after."""
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.db import connection, connections
+
+    test_settings = settings.DATABASES["default"].setdefault("TEST", {})
+    if connection.vendor == "sqlite":
+        test_settings["NAME"] = str(Path(settings.DATABASES["default"]["NAME"]).with_suffix(".bench.sqlite3"))
+    else:
+        test_settings["NAME"] = f"{prefix}_{os.getpid()}"
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
+    try:
+        yield
+    finally:
+        connections.close_all()
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+
+
+def analyze_if_postgres() -> None:
+    """What autovacuum would do shortly after a bulk load anyway; measured without it, the first
+    rows after a big prefill pay for a background ANALYZE and stale statistics."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
+
+
+# -- the model server and the baseline -------------------------------------------------------------
+
+
+def start_server(responder: Callable):
+    """tests/llm_server.py's server, with Nagle's algorithm off: its many small streamed writes would
+    otherwise wait on delayed ACKs (about 40 ms per response on Linux), which is not a zero-latency model."""
+    from tests.llm_server import LLMServer, _Handler
+
+    class Handler(_Handler):
+        disable_nagle_algorithm = True
+
+    server = LLMServer()
+    server.RequestHandlerClass = Handler
+    server.responder = responder
+    return server.start()
+
+
+class Baseline:
+    """The bare-openai replay of a run's requests: the same bodies through `openai.AsyncOpenAI`
+    (streamed, lines read, not parsed), sent the way the engine sends them."""
+
+    def __init__(self, base_url: str):
+        import openai
+
+        self.client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+
+    async def replay(self, bodies: list[dict]) -> None:
+        for body in bodies:
+            # Sent as the engine sends it: messages and tools through extra_body, past the SDK's
+            # per-message transform (which would add 2-3 ms per request to the baseline only).
+            passed = ("stream", "stream_options", "messages", "tools")
+            request = {key: value for key, value in body.items() if key not in passed}
+            extra = {key: body[key] for key in ("messages", "tools") if key in body}
+            async with self.client.chat.completions.with_streaming_response.create(
+                **request, messages=[], extra_body=extra, stream=True, stream_options={"include_usage": True}
+            ) as response:
+                async for _line in response.iter_lines():
+                    pass
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+def timed_run(run: Callable[[], object], server, baseline: Baseline, loop, model_calls: int
+              ) -> tuple[float, float, float, float]:
+    """One run, then the baseline replay of its requests: (run wall ms, baseline wall ms, run CPU ms,
+    baseline CPU ms); CPU is the whole process's. A run with no model call has a zero baseline."""
+    mark = len(server.requests)
+    started, started_cpu = time.perf_counter(), time.process_time()
+    output = run()
+    ran, ran_cpu = time.perf_counter(), time.process_time()
+    assert output.status == "completed", output.error
+    bodies = server.requests[mark:]
+    assert len(bodies) == model_calls, (len(bodies), model_calls)
+    if bodies:
+        loop.run_until_complete(baseline.replay(bodies))
+    done, done_cpu = time.perf_counter(), time.process_time()
+    return (ran - started) * 1000, (done - ran) * 1000, (ran_cpu - started_cpu) * 1000, (done_cpu - ran_cpu) * 1000
+
+
+# -- figures ---------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * len(ordered)) - 1))]
+
+
+def print_table(rows: list[tuple[str, ...]]) -> None:
+    """A Markdown table: the first row is the header; cells right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for number, row in enumerate(rows):
+        print("| " + " | ".join(cell.rjust(width) for cell, width in zip(row, widths, strict=True)) + " |")
+        if number == 0:
+            print("|" + "|".join("-" * (width + 2) for width in widths) + "|")
+
+
+def load_line() -> str:
+    return (f"Load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall figures suffer "
+            "when other work shares the machine)")
