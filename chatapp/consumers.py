@@ -14,6 +14,9 @@ ignored like any other extra key):
                                                     stop the run (given or current), or drop a
                                                     queued message
     {"type": "retry", "run_id": "..."}              send that run's input again as a new run
+    {"type": "regenerate", "run_id": "..."}         a new version of that reply (a sibling branch)
+    {"type": "edit", "run_id": "...", "text": "..."}  that message edited, run again as a sibling branch
+    {"type": "branch", "run_id": "..."}             show that version: the session moves to its branch
     {"type": "regenerate_title"}                    ask the model for a new title
 
     `text` is 1 to settings.CHAT_MAX_MESSAGE_CHARS characters after trimming; ids are 1 to 64
@@ -72,7 +75,7 @@ from .broadcast import session_group, user_group
 from .live import ID_MAX
 from .rendering import render_status
 
-FRAME_TYPES = ("send", "stop", "retry", "regenerate_title")
+FRAME_TYPES = ("send", "stop", "retry", "regenerate", "edit", "branch", "regenerate_title")
 
 
 class FrameError(ValueError):
@@ -98,6 +101,17 @@ def _id(data: dict, key: str, required: bool = False) -> str:
     return value.strip()
 
 
+def _text(data: dict) -> str:
+    text = data.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise FrameError("Type a message first.")
+    text = storable(text.strip())  # as the engine stores it: NUL and lone surrogates become U+FFFD
+    limit = settings.CHAT_MAX_MESSAGE_CHARS
+    if len(text) > limit:
+        raise FrameError(f"The message is {len(text):,} characters long; the limit is {limit:,}.")
+    return text
+
+
 def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame:
     """Validate one inbound frame; raises FrameError with a message for the user."""
     if text_data is None:
@@ -111,19 +125,12 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame
     kind = data.get("type")
     if kind not in FRAME_TYPES:
         raise FrameError("Unknown request type.")
-    if kind == "send":
-        text = data.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise FrameError("Type a message first.")
-        text = storable(text.strip())  # as the engine stores it: NUL and lone surrogates become U+FFFD
-        limit = settings.CHAT_MAX_MESSAGE_CHARS
-        if len(text) > limit:
-            raise FrameError(f"The message is {len(text):,} characters long; the limit is {limit:,}.")
-        return Frame("send", text=text)
+    if kind in ("send", "edit"):
+        return Frame(kind, text=_text(data), run_id=_id(data, "run_id", required=kind == "edit"))
     if kind == "stop":
         return Frame("stop", run_id=_id(data, "run_id"), queued_id=_id(data, "queued_id"))
-    if kind == "retry":
-        return Frame("retry", run_id=_id(data, "run_id", required=True))
+    if kind in ("retry", "regenerate", "branch"):
+        return Frame(kind, run_id=_id(data, "run_id", required=True))
     return Frame(kind)
 
 
@@ -175,6 +182,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
         elif frame.type == "retry":
             if await live.retry(session, self.user, frame.run_id) is None:
                 await self._send_html(render_status("That reply cannot be retried.", "error"))
+        elif frame.type in ("regenerate", "edit"):
+            text = frame.text if frame.type == "edit" else None
+            if await live.regenerate(session, self.user, frame.run_id, text) is None:
+                await self._send_html(render_status("That message is not in this chat.", "error"))
+        elif frame.type == "branch":
+            if not await live.switch_branch(session, self.user, frame.run_id):
+                await self._send_html(render_status("That version cannot be shown now.", "error"))
         elif frame.type == "stop":
             if not await live.stop(session, run_id=frame.run_id, queued_id=frame.queued_id):
                 await self._send_html(render_status("Nothing to stop.", "info"))

@@ -41,6 +41,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
+from sessions_core.branches import RunNotFoundError, SessionBusyError
 from sessions_core.component import Component
 from sessions_core.events import RunEvent, StepStartedEvent, TeamRunStartedEvent, WorkflowStartedEvent
 from sessions_core.models import ChatSession, Message, NameSource, Role, Run, RunStatus
@@ -69,6 +70,7 @@ class Pending:
     cancelled: bool = False
     shown_queued: bool = False  # a queued note was sent for it
     row_pk: int | None = None  # its QueuedMessage, deleted when its run starts
+    branch: tuple[str, str] | None = None  # (run id, "regenerate" | "edit"): a new version of that run
 
 
 @dataclass
@@ -256,12 +258,13 @@ async def settle_abandoned(session_pk: int) -> str:
     return await sync_to_async(_settle_abandoned)(session_pk)
 
 
-async def submit(session: ChatSession, user, text: str) -> Pending:
-    """Run `text` on the session now, or after the runs already waiting or in flight."""
+async def submit(session: ChatSession, user, text: str, branch: tuple[str, str] | None = None) -> Pending:
+    """Run `text` on the session now, or after the runs already waiting or in flight; with `branch`, as a
+    new version of that run (regenerated, or edited to `text`)."""
     runner = _runners.get(session.pk)
     if runner is None:
         runner = _runners[session.pk] = SessionRunner(session.pk, session.owner_id)
-    item = Pending(text=text, user=user)
+    item = Pending(text=text, user=user, branch=branch)
     row = await QueuedMessage.objects.acreate(session_id=session.pk, user=user, text=text, queued_id=item.queued_id)
     item.row_pk = row.pk
     must_wait = runner.busy or bool(runner.pending) or await running_elsewhere(session)
@@ -275,6 +278,34 @@ async def submit(session: ChatSession, user, text: str) -> Pending:
     if not runner.busy:
         runner.task = asyncio.create_task(_drain(runner), name=f"chat-session-{session.pk}")
     return item
+
+
+async def regenerate(session: ChatSession, user, run_id: str, text: str | None = None) -> Pending | None:
+    """A new version of one of the session's replies: its input again (or `text`, edited), from the state as
+    of that run's start; None if the run is not one of this session's."""
+    run = await Run.objects.filter(session_id=session.pk, run_id=run_id, parent_run__isnull=True).only(
+        "input").afirst()
+    if run is None:
+        return None
+    branch = (run_id, "edit") if text is not None else (run_id, "regenerate")
+    return await submit(session, user, run.input if text is None else text, branch=branch)
+
+
+async def switch_branch(session: ChatSession, user, run_id: str) -> bool:
+    """Show another version of a reply: the session moves to that branch (its state too), in every tab."""
+    try:
+        agent = assistants.get_assistant(session.component_id)
+        await agent.aset_current_branch(run_id, session_id=session.session_id, user_id=user)
+    except (KeyError, RunNotFoundError, SessionBusyError):
+        return False
+    await _to_session(session.pk, await sync_to_async(_render_branch)(session.pk, session.owner_id))
+    return True
+
+
+def _render_branch(session_pk: int, owner_pk: int | None) -> str:
+    """The transcript of the session's current branch and its state panel, replacing what the tabs show."""
+    session = ChatSession.objects.for_user(owner_pk).get(pk=session_pk)
+    return rendering.render_transcript(session) + rendering.render_state_panel(session, oob="true")
 
 
 async def retry(session: ChatSession, user, run_id: str) -> Pending | None:
@@ -470,8 +501,13 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
     async def pump():
         # The engine's stream is read by a task of its own: the loop below waits on the queue (and
         # the batch timer) without ever interrupting a read, and Stop can cancel just this task.
-        stream = agent.arun(item.text, session_id=session.session_id, user_id=item.user, stream=True,
-                            stream_events=True)
+        options = dict(session_id=session.session_id, user_id=item.user, stream=True, stream_events=True)
+        if item.branch is None:
+            stream = agent.arun(item.text, **options)
+        elif item.branch[1] == "edit":
+            stream = agent.aedit_and_rerun(item.branch[0], item.text, **options)
+        else:
+            stream = agent.aregenerate(item.branch[0], **options)
         try:
             async with aclosing(stream):
                 async for event in stream:
@@ -565,14 +601,17 @@ async def _step_event(session_pk: int, live: LiveRun, kind: str | None, event) -
         await _to_session(session_pk, await sync_to_async(_render_step_done)(event.run_id, live.steps[event.run_id]))
 
 
-def _render_started(session: ChatSession, event) -> tuple[Run, str]:
+def _render_started(session: ChatSession, event, branched: bool = False) -> tuple[Run, str]:
     run = started_run(session, event)
-    html = rendering.render_oob(rendering.render_run(run), "beforeend:#transcript")
+    if branched:  # the replaced version left the transcript with its branch: redraw the current one
+        html = rendering.render_transcript(session) + rendering.render_state_panel(session, oob="true")
+    else:
+        html = rendering.render_oob(rendering.render_run(run), "beforeend:#transcript")
     return run, html + rendering.render_status("Generating a reply…")
 
 
 async def _started(runner: SessionRunner, item: Pending, session: ChatSession, event) -> LiveRun:
-    run, html = await sync_to_async(_render_started)(session, event)
+    run, html = await sync_to_async(_render_started)(session, event, item.branch is not None)
     live = LiveRun(run_id=event.run_id, run=run, base_messages=list(run.shown_messages))
     runner.current, runner.starting = live, None
     pk = runner.session_pk
@@ -629,7 +668,7 @@ INTERRUPTED_NOTE = _STATUS_NOTES[RunStatus.INTERRUPTED]
 def _render_finished(live: LiveRun, owner_pk: int | None) -> tuple[str, ChatSession, str]:
     """The finished run from the database plus the state panel as stored now (a failed run's
     mid-run state changes were not kept, so the panel must show the stored state again)."""
-    run = Run.objects.get(run_id=live.run_id)
+    run = rendering.stored_run(run_id=live.run_id)
     session = ChatSession.objects.for_user(owner_pk).get(pk=run.session_id)
     html = rendering.render_run(run, oob="true") + rendering.render_state_panel(session, live.changed_keys, oob="true")
     return html, session, run.status
@@ -665,7 +704,9 @@ def _missed(session_pk: int, last_run: str | None, running: str, skip: str) -> t
     if last_run is not None:
         anchor = runs.filter(run_id=last_run).values_list("pk", flat=True).first() if last_run else 0
         if anchor is not None:
-            newer = list(runs.filter(pk__gt=anchor).order_by("-pk")[: rendering.TRANSCRIPT_RUNS])[::-1]
+            newer = runs.filter(pk__gt=anchor, abandoned=False).annotate(**rendering.BRANCHES)  # the current branch
+            newer = list(newer.order_by("-pk")[: rendering.TRANSCRIPT_RUNS])[::-1]
+            rendering.place_among_siblings(newer)
             skip_is_new = any(run.run_id == skip for run in newer)
             shown = [rendering.render_run(run) for run in newer if run.run_id != skip]
             if shown:

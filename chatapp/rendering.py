@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 import nh3
-from django.db.models import Prefetch, prefetch_related_objects
+from django.db.models import Case, Count, OuterRef, Prefetch, Q, Subquery, When, prefetch_related_objects
 from django.template.loader import render_to_string
 from django.utils.html import escape as escape_html
 from django.utils.safestring import SafeString, mark_safe
@@ -216,17 +216,55 @@ class RunPage(list):
 
 
 def transcript_runs(session: ChatSession, before: int | None = None, limit: int = TRANSCRIPT_RUNS) -> RunPage:
-    """The session's last `limit` top-level runs (older than run pk `before`), messages prefetched in seq order."""
-    runs = Run.objects.filter(session=session, parent_run__isnull=True)
+    """The last `limit` top-level runs of the session's current branch (older than run pk `before`), messages
+    prefetched in seq order, each with its place among its siblings (`branches`, `branch_number`)."""
+    runs = Run.objects.filter(session=session, parent_run__isnull=True, abandoned=False)
     if before is not None:
         runs = runs.filter(pk__lt=before)
+    runs = runs.annotate(**BRANCHES)
     newest_first = list(runs.order_by("-pk").prefetch_related(_shown())[: limit + 1])
     with_steps = [run for run in newest_first if run.kind in ("workflow", "team")]
     if with_steps:  # only then: a page of agent runs stays at two queries
         prefetch_related_objects(with_steps, *_STEP_PREFETCH)
     page = RunPage(reversed(newest_first[:limit]))
     page.has_earlier = len(newest_first) > limit
+    place_among_siblings(page)
     return page
+
+
+def _count(queryset, group: str):
+    return Subquery(queryset.order_by().values(group).annotate(n=Count("pk")).values("n")[:1])
+
+
+# How many runs share a run's place in the tree (those that follow the same run; for a first run, the
+# session's other first runs), in the page's own query: an index lookup per run, no query of its own.
+BRANCHES = {"branches": Case(
+    When(follows__isnull=True, then=_count(Run.objects.filter(
+        session_id=OuterRef("session_id"), follows__isnull=True, parent_run__isnull=True), "session_id")),
+    default=_count(Run.objects.filter(follows_id=OuterRef("follows_id"), parent_run__isnull=True), "follows_id"),
+)}
+
+
+def place_among_siblings(page: list[Run]) -> None:
+    """For runs with siblings: their number among them and the neighbours' run ids (one query, and only
+    when the page has such runs)."""
+    branched = [run for run in page if (run.branches or 1) > 1]
+    if not branched:
+        return
+    session_id = branched[0].session_id
+    parents = {run.follows_id for run in branched}
+    rows = Run.objects.filter(session_id=session_id, parent_run__isnull=True).filter(
+        Q(follows_id__in=[pk for pk in parents if pk is not None]) | Q(follows__isnull=True)
+    ).order_by("pk").values_list("follows_id", "run_id")
+    by_parent: dict = {}
+    for follows_id, run_id in rows:
+        by_parent.setdefault(follows_id, []).append(run_id)
+    for run in branched:
+        siblings = by_parent.get(run.follows_id, [run.run_id])
+        index = siblings.index(run.run_id)
+        run.branch_number = index + 1
+        run.previous_branch = siblings[index - 1] if index else ""
+        run.next_branch = siblings[index + 1] if index + 1 < len(siblings) else ""
 
 
 def _shown(prefix: str = "") -> Prefetch:
@@ -242,6 +280,21 @@ def _child_runs(prefix: str = "") -> Prefetch:
 # workflow step): a fixed number of queries whatever the page holds.
 _STEP_PREFETCH = (_child_runs(), _shown("shown_children__"), _child_runs("shown_children__"),
                   _shown("shown_children__shown_children__"))
+
+
+def stored_run(**lookup) -> Run:
+    """One run as stored, with its place among its siblings (for the 2/3 arrows)."""
+    run = Run.objects.annotate(**BRANCHES).get(**lookup)
+    place_among_siblings([run])
+    return run
+
+
+def render_transcript(session: ChatSession) -> str:
+    """The whole transcript (its last page), replacing #transcript's content in every tab."""
+    runs = transcript_runs(session)
+    html = render_to_string("chatapp/_transcript_runs.html", {
+        "session": session, "runs": runs, "run_views": [run_view(run) for run in runs]})
+    return render_oob(html, "innerHTML:#transcript")
 
 
 def render_run(run: Run, oob: str = "") -> str:

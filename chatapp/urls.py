@@ -28,6 +28,7 @@ chat_patterns = [
     path("s/<sid:session_id>/state/edit/", views.state_edit_hx, name="state_edit_hx"),
     path("s/<sid:session_id>/state/v<int:version>/", views.state_version_hx, name="state_version_hx"),
     path("search/", views.search_hx, name="search_hx"),
+    path("fork/", views.fork, name="fork"),
 ]
 
 urlpatterns = [

@@ -75,9 +75,9 @@ def latest_leaf(run: Run, alias: str) -> Run:
     return run if leaf_pk == run.pk else Run.objects.using(alias).get(pk=leaf_pk)
 
 
-def _set_state(session: ChatSession, version: int, source: str) -> None:
+def _set_state(session: ChatSession, version: int, source: str, now=None) -> None:
     """The session's state becomes the state it had at `version`, recorded as one change."""
-    session.apply_state_change(session.state_at(version), source)
+    session.apply_state_change(session.state_at(version), source, now=now)
 
 
 def _follow_path(session: ChatSession, path: list[int], alias: str) -> None:
@@ -87,13 +87,14 @@ def _follow_path(session: ChatSession, path: list[int], alias: str) -> None:
     runs.filter(pk__in=path, abandoned=True).update(abandoned=False)
 
 
-def start_branch(session_pk: int, run_id: str, source: str, alias: str) -> tuple[Run, str, int]:
-    """In a run's start step (the session row locked): a new branch beside `run_id`. The state goes back to
+def start_branch(session_pk: int, run_id: str, source: str, alias: str, now) -> tuple[Run, str, int]:
+    """In a run's start step (the session row locked, `now` its time): a new branch beside `run_id`. The state goes back to
     what it was when that run started; that run and what came after it on the branch are abandoned.
     Returns (the target run, the state as JSON text, its version); the new run follows the target's `follows`."""
     session = ChatSession.objects.using(alias).get(pk=session_pk)
     target = top_level_run(session, run_id, alias)
-    _set_state(session, state_before(target, alias), f"branch:{source}")
+    # Stamped with the new run's start, so the state "when it started" includes this change.
+    _set_state(session, state_before(target, alias), f"branch:{source}", now=now)
     runs = Run.objects.using(alias).filter(session=session, parent_run__isnull=True, abandoned=False)
     runs.filter(pk__gte=target.pk).update(abandoned=True)
     ChatSession.objects.using(alias).filter(pk=session_pk).update(current_leaf=target.follows_id)

@@ -128,7 +128,7 @@ class ChatSession(models.Model):
     def is_running(self) -> bool:
         return bool(self.lease_expires_at and self.lease_expires_at > timezone.now())
 
-    def apply_state_change(self, new_state: dict, source: str, run=None) -> dict:
+    def apply_state_change(self, new_state: dict, source: str, run=None, now=None) -> dict:
         """Store `new_state` on this (locked) row as one recorded, versioned change; the stored state."""
         new_state = to_json(new_state)
         if new_state != self.session_state:
@@ -136,7 +136,7 @@ class ChatSession(models.Model):
             self.state_version += 1
             StateChange.objects.using(self._state.db).create(
                 session=self, run=run, version=self.state_version, patch=patch, inverse=inverse, source=source,
-                created_at=timezone.now(),
+                created_at=now or timezone.now(),
             )
             self.session_state = new_state
             self.save(update_fields=["session_state", "state_version"])

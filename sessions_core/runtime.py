@@ -309,7 +309,7 @@ class RunLoop:
         follows = session.current_leaf
         if self.branch is not None:  # a sibling of an earlier run, from the state as it was when that one began
             run_id, source = self.branch
-            target, state_text, version = start_branch(session.pk, run_id, source, alias)
+            target, state_text, version = start_branch(session.pk, run_id, source, alias, now)
             session = session._replace(state_text=state_text, state_version=version)
             follows = target.follows_id
             if source == "regenerate":

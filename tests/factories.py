@@ -20,8 +20,13 @@ def make_session(owner=None, **fields):
 def make_run(session, user_text="hello", reply="hi there", status=RunStatus.COMPLETED, **fields):
     """A finished run with its user message and (when given) the assistant's reply."""
     now = timezone.now()
+    if not fields.get("parent_run"):  # a top-level run follows the last one, as the engine chains them
+        fields.setdefault("follows_id", ChatSession.objects.filter(pk=session.pk).values_list(
+            "current_leaf_id", flat=True).first())
     run = Run.objects.create(session=session, status=status, input=user_text, content=reply or "",
                              finished_at=now, **fields)
+    if not fields.get("parent_run"):
+        ChatSession.objects.filter(pk=session.pk).update(current_leaf=run)
     seq = session.last_seq
     rows = [Message(session=session, run=run, seq=seq + 1, role="user", content=user_text)]
     if reply is not None:

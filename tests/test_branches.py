@@ -205,3 +205,12 @@ class TestConcurrentRegenerate(EngineTestMixin, TransactionTestCase):
         assert results["run"].status == "completed" and results["again"].status == "completed"
         assert results["again"].input == "add eggs"  # it regenerated the run it waited for
         assert shop.get_session_state(session_id="s") == {"shopping_list": ["milk", "eggs"]}
+
+
+class TestBranchOfABranch(BranchTestCase):
+    def test_editing_a_regenerated_run_starts_from_the_state_that_run_started_from(self):
+        self.shop.run("add milk", session_id="s")
+        self.shop.run("add eggs", session_id="s")
+        again = self.shop.regenerate(session_id="s")
+        self.shop.edit_and_rerun(again.run_id, "add bread", session_id="s")
+        assert self.state() == {"shopping_list": ["milk", "bread"]}

@@ -10,6 +10,7 @@ from .export import export_all, import_chats, session_export_json, session_expor
 from .pages import index, new_session, session_page, transcript_hx, trash
 from .search import search_hx
 from .sessions import (
+    fork,
     session_delete_hx,
     session_destroy_hx,
     session_list_hx,
@@ -21,7 +22,7 @@ from .sessions import (
 from .state import state_edit_hx, state_panel_hx, state_version_hx
 
 __all__ = [
-    "signup", "export_all", "import_chats", "session_export_json", "session_export_markdown",
+    "fork", "signup", "export_all", "import_chats", "session_export_json", "session_export_markdown",
     "index", "new_session", "session_page", "transcript_hx", "trash", "search_hx", "session_delete_hx",
     "session_destroy_hx", "session_list_hx", "session_pin_hx", "session_rename_hx",
     "session_restore_hx", "session_retitle_hx", "state_edit_hx", "state_panel_hx", "state_version_hx",

@@ -9,15 +9,16 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from sessions_core.models import ChatSession, NameSource
+from sessions_core.models import ChatSession, NameSource, Run
 
 from .. import rendering, titles
+from ..assistants import get_assistant
 from ..broadcast import broadcast_to_user
 from ..forms import RenameForm
 from ..sidebar import sidebar_page
@@ -35,6 +36,20 @@ def _list_html(request: HtmxHttpRequest) -> str:
 
 def _back(request: HtmxHttpRequest, session: ChatSession) -> HttpResponse:
     return redirect(next_url(request, reverse("chat:session", args=[session.session_id])))
+
+
+@login_required
+@require_POST
+def fork(request: HtmxHttpRequest) -> HttpResponse:
+    """"Fork to a new chat": the runs up to this one and the state as of it, in a new chat of the user's."""
+    run = get_object_or_404(Run.objects.select_related("session").only("run_id", "session__session_id"),
+                            run_id=request.POST.get("run_id", ""), parent_run__isnull=True,
+                            session__in=ChatSession.objects.for_user(request.user).alive())
+    new_id = get_assistant(run.session.component_id).fork_session(run.run_id, session_id=run.session.session_id,
+                                                                  user_id=request.user)
+    copy = ChatSession.objects.for_user(request.user).get(session_id=new_id)
+    broadcast_to_user(request.user.pk, rendering.render_session_item_to_top(copy))
+    return redirect("chat:session", new_id)
 
 
 @login_required

@@ -28,6 +28,7 @@
     form.elements.type.value = type;
     form.elements.run_id.value = (fields && fields.run_id) || "";
     form.elements.queued_id.value = (fields && fields.queued_id) || "";
+    if (form.elements.text) form.elements.text.value = (fields && fields.text) || "";
     form.requestSubmit();
   }
 
@@ -117,6 +118,65 @@
     if (target.id === "stop-button") stop();
     else if (target.classList.contains("retry")) act("retry", { run_id: target.dataset.runId });
     else act("stop", { queued_id: target.dataset.queuedId });
+  });
+
+  // Branches: a new version of a reply, an edited message run again, another version shown.
+  function editForm(runId) {
+    return document.querySelector(`.edit-form[data-run-id="${CSS.escape(runId)}"]`);
+  }
+  function openEdit(runId) {
+    const form = editForm(runId);
+    if (!form) return;
+    const said = form.closest(".user-message").querySelector(".message-text");
+    form.elements.text.value = said ? said.textContent : "";  // filled here: the page holds the text once
+    form.hidden = false;
+    form.elements.text.focus();
+    form.elements.text.select();
+  }
+  function closeEdit(form) {
+    form.hidden = true;
+    form.reset();
+  }
+  document.addEventListener("click", (event) => {
+    const target = event.target.closest(".regenerate[data-run-id], .branch-switch[data-run-id], .edit-run, .edit-cancel");
+    if (!target || target.disabled) return;
+    event.preventDefault();
+    if (target.classList.contains("regenerate")) act("regenerate", { run_id: target.dataset.runId });
+    else if (target.classList.contains("branch-switch")) act("branch", { run_id: target.dataset.runId });
+    else if (target.classList.contains("edit-run")) openEdit(target.dataset.runId);
+    else closeEdit(target.closest(".edit-form"));
+  });
+  document.addEventListener("submit", (event) => {
+    const form = event.target;
+    if (!form.classList || !form.classList.contains("edit-form")) return;
+    event.preventDefault();
+    const text = form.elements.text.value.trim();
+    if (text) act("edit", { run_id: form.dataset.runId, text: text });
+  });
+  document.addEventListener("keydown", (event) => {
+    const box = event.target;
+    const form = box && box.closest && box.closest(".edit-form");
+    if (form && event.key === "Escape") {
+      event.preventDefault();
+      closeEdit(form);
+    } else if (form && event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      form.requestSubmit();
+    } else if (box && box.id === "composer-text" && event.key === "ArrowUp" && !box.value) {
+      // Up in an empty composer edits your last message.
+      const runs = document.querySelectorAll("#transcript .run .edit-run");
+      if (runs.length) {
+        event.preventDefault();
+        openEdit(runs[runs.length - 1].dataset.runId);
+      }
+    } else if (event.altKey && (event.key === "r" || event.key === "R") && !runningRuns().length) {
+      // Alt+R regenerates the last reply.
+      const buttons = document.querySelectorAll("#transcript .run .regenerate");
+      if (buttons.length) {
+        event.preventDefault();
+        act("regenerate", { run_id: buttons[buttons.length - 1].dataset.runId });
+      }
+    }
   });
 
   document.addEventListener("htmx:wsAfterSend", (event) => {

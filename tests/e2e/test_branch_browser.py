@@ -1,0 +1,80 @@
+"""Branches in headless Chromium: regenerate, the 2/3 arrows with the state panel following, edit and
+rerun, a reload and a second tab."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import log_in
+from tests.factories import make_session, make_user
+from tests.llm_server import Text, ToolCalls
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+expect.set_options(timeout=10_000)
+
+
+def adds(body):
+    messages = body["messages"]
+    if "at most five words" in (messages[0].get("content") or ""):
+        return Text("Shopping")
+    if messages[-1]["role"] == "tool":
+        return Text(f"ok: {messages[-1]['content']}")
+    return ToolCalls([("add_item", {"item": messages[-1]["content"].split()[-1]})])
+
+
+def open_chat(page, server, session):
+    page.goto(f"{server.url}/s/{session.session_id}/")
+    expect(page.locator(".session-area[data-live='open']")).to_have_count(1)
+
+
+def send(page, text: str):
+    page.locator("#composer-text").fill(text)
+    page.locator("#composer-text").press("Enter")
+
+
+def test_regenerate_switch_back_edit_and_rerun_with_the_state_following(page, context, daphne_server, llm_server,
+                                                                      screenshots):
+    llm_server.responder = adds
+    alice = make_user("alice", "pw-alice-123")
+    session = make_session(alice, component_id="shopping")
+    log_in(context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    other = context.new_page()  # a second tab on the same chat
+    open_chat(other, daphne_server, session)
+
+    send(page, "add milk")
+    expect(page.locator("#transcript .run[data-status='completed']")).to_have_count(1)
+    send(page, "add eggs")
+    expect(page.locator("#transcript .run[data-status='completed']")).to_have_count(2)
+    state = page.locator("#state-panel .state-tree")
+    expect(state).to_contain_text("eggs")
+
+    last = page.locator("#transcript .run").last
+    last.locator(".regenerate").click()
+    expect(page.locator("#transcript .run").last.locator(".branch-number")).to_have_text("2/2")
+    expect(page.locator("#transcript .run")).to_have_count(2)
+    expect(other.locator("#transcript .run").last.locator(".branch-number")).to_have_text("2/2")
+
+    page.locator("#transcript .run").last.locator(".edit-run").click()
+    box = page.locator("#transcript .run").last.locator(".edit-form textarea")
+    expect(box).to_have_value("add eggs")
+    box.fill("add bread")
+    box.press("Enter")
+    expect(page.locator("#transcript .run").last.locator(".branch-number")).to_have_text("3/3")
+    expect(page.locator("#transcript .run").last.locator(".message-text")).to_have_text("add bread")
+    expect(state).to_contain_text("bread")
+    expect(state).not_to_contain_text("eggs")
+    page.screenshot(path=str(screenshots / "branches-edited.png"))
+
+    page.locator("#transcript .run").last.get_by_role("button", name="Previous version").click()
+    expect(page.locator("#transcript .run").last.locator(".branch-number")).to_have_text("2/3")
+    expect(page.locator("#state-panel .state-tree")).to_contain_text("eggs")  # the state follows the branch
+    expect(page.locator("#state-panel .state-tree")).not_to_contain_text("bread")
+    expect(other.locator("#transcript .run").last.locator(".message-text")).to_have_text("add eggs")
+    expect(other.locator("#state-panel .state-tree")).to_contain_text("eggs")
+
+    page.reload()
+    expect(page.locator(".session-area[data-live='open']")).to_have_count(1)
+    expect(page.locator("#transcript .run").last.locator(".branch-number")).to_have_text("2/3")
+    expect(page.locator("#transcript .run").last.locator(".message-text")).to_have_text("add eggs")

@@ -1,0 +1,115 @@
+"""Branches in the web chat: regenerate, edit and rerun, the 2/3 arrows and fork, over the real socket."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from asgiref.sync import sync_to_async
+from django.test import Client, TransactionTestCase
+from django.urls import reverse
+
+from sessions_core.models import ChatSession, Run
+from tests.factories import make_session, make_user
+from tests.live_support import LiveTestMixin, frames_until, settle
+from tests.llm_server import Text, ToolCalls
+
+NUMBER = re.compile(r'<span class="branch-number">(\d+)/(\d+)</span>')
+
+
+def adds(body):
+    """The model adds the last word of the user's message, then says so."""
+    messages = body["messages"]
+    if "at most five words" in (messages[0].get("content") or ""):
+        return Text("Shopping")
+    if messages[-1]["role"] == "tool":
+        return Text(f"ok: {messages[-1]['content']}")
+    return ToolCalls([("add_item", {"item": messages[-1]["content"].split()[-1]})])
+
+
+class BranchWebTests(LiveTestMixin, TransactionTestCase):
+    def setUp(self):
+        self.alice = make_user("alice")
+        self.session = make_session(self.alice, component_id="shopping")
+
+    async def frame(self, socket, **data):
+        await socket.send_to(text_data=json.dumps({**data, "HEADERS": {"HX-Request": "true"}}))
+
+    async def turn(self, socket, text: str) -> list[str]:
+        await self.frame(socket, type="send", text=text)
+        return await frames_until(socket, lambda f: "Reply complete." in f)
+
+    async def state(self):
+        return (await ChatSession.objects.aget(pk=self.session.pk)).session_state
+
+    async def test_regenerate_edit_and_switch_keep_the_transcript_and_the_state_with_the_branch(self):
+        self.llm.responder = adds
+        socket = await self.socket(self.session.session_id, self.alice)
+        await self.turn(socket, "add milk")
+        await self.turn(socket, "add eggs")
+        eggs = await Run.objects.filter(input="add eggs").afirst()
+
+        await self.frame(socket, type="regenerate", run_id=eggs.run_id)
+        frames = await frames_until(socket, lambda f: "Reply complete." in f)
+        redrawn = next(f for f in frames if 'hx-swap-oob="innerHTML:#transcript"' in f)
+        assert redrawn.count('class="run"') == 2 and f'id="run-{eggs.run_id}"' not in redrawn  # the old version left
+        assert NUMBER.findall(frames[-1]) == [("2", "2")]
+        assert await self.state() == {"shopping_list": ["milk", "eggs"]}  # eggs once, not twice
+
+        await self.frame(socket, type="edit", run_id=eggs.run_id, text="add bread")
+        frames = await frames_until(socket, lambda f: "Reply complete." in f)
+        assert await self.state() == {"shopping_list": ["milk", "bread"]}
+        assert NUMBER.findall(frames[-1]) == [("3", "3")]
+
+        await self.frame(socket, type="branch", run_id=eggs.run_id)
+        frames = await frames_until(socket, lambda f: 'id="state-panel"' in f)
+        assert "add eggs" in frames[-1] and "add bread" not in frames[-1]
+        assert NUMBER.findall(frames[-1]) == [("1", "3")]
+        assert "branch:switch" in frames[-1] and await self.state() == {"shopping_list": ["milk", "eggs"]}
+        await settle()
+
+        client = Client()
+        await sync_to_async(client.force_login)(self.alice)
+        page = (await sync_to_async(client.get)(reverse("chat:session", args=[self.session.session_id]))).content.decode()
+        assert "add eggs" in page and "add bread" not in page and NUMBER.findall(page) == [("1", "3")]
+        await socket.disconnect()
+
+    async def test_a_run_of_another_session_is_refused_and_nothing_runs(self):
+        self.llm.responder = adds
+        other = await sync_to_async(make_session)(await sync_to_async(make_user)("bob"), component_id="shopping")
+        from chatapp.assistants import get_assistant
+
+        foreign = await get_assistant("shopping").arun("add gin", session_id=other.session_id, user_id="bob")
+        requests = len(self.llm.requests)
+        socket = await self.socket(self.session.session_id, self.alice)
+        for frame in ({"type": "regenerate", "run_id": foreign.run_id},
+                      {"type": "edit", "run_id": foreign.run_id, "text": "add rum"},
+                      {"type": "branch", "run_id": foreign.run_id}):
+            await self.frame(socket, **frame)
+            answer = await frames_until(socket, lambda f: 'class="run-status' in f or "run-status" in f)
+            assert "error" in answer[-1]
+        await settle()
+        assert len(self.llm.requests) == requests and await Run.objects.filter(session=self.session).acount() == 0
+        await socket.disconnect()
+
+
+class ForkViewTests(LiveTestMixin, TransactionTestCase):
+    def test_fork_opens_a_new_chat_with_the_runs_so_far_and_another_user_gets_a_404(self):
+        self.llm.responder = adds
+        alice, bob = make_user("alice"), make_user("bob")
+        session = make_session(alice, component_id="shopping")
+        from chatapp.assistants import get_assistant
+
+        shop = get_assistant("shopping")
+        milk = shop.run("add milk", session_id=session.session_id, user_id=alice)
+        shop.run("add eggs", session_id=session.session_id, user_id=alice)
+        client = Client()
+        client.force_login(bob)
+        assert client.post(reverse("chat:fork"), {"run_id": milk.run_id}).status_code == 404
+        client.force_login(alice)
+        response = client.post(reverse("chat:fork"), {"run_id": milk.run_id})
+        assert response.status_code == 302
+        copy = ChatSession.objects.exclude(pk=session.pk).get(owner=alice)
+        assert response["Location"] == reverse("chat:session", args=[copy.session_id])
+        assert copy.session_state == {"shopping_list": ["milk"]}
+        assert list(copy.runs.values_list("input", flat=True)) == ["add milk"]
