@@ -107,22 +107,17 @@ def completed_messages(session_pk: int, alias: str, last_n_runs: int | None = No
     return _messages(rows.order_by("seq").values_list(*_HISTORY_FIELDS))
 
 
-def step_history(session_pk: int, alias: str, component_id: str, num_runs: int | None,
+def step_history(store: RunStore, session_pk: int, component_id: str, num_runs: int | None,
                  num_messages: int | None) -> list[ChatMessage]:
-    """A step agent's (or team member's) own earlier completed runs in this session, bounded as `history`."""
-    runs = Run.objects.using(alias).filter(session_id=session_pk, component_id=component_id, status=RunStatus.COMPLETED,
-                                           parent_run__isnull=False).order_by("-id")
+    """A step agent's (or team member's) own earlier completed runs in this session, bounded as `history`:
+    one query, as plain SQL (run_sql.py)."""
     if num_runs is not None:
         if num_runs <= 0:
             return []
-        rows = Message.objects.using(alias).filter(run_id__in=runs.values("id")[:num_runs]).exclude(role=Role.SYSTEM)
-        return _messages(rows.order_by("seq").values_list(*_HISTORY_FIELDS), from_history=True)
-    if not num_messages or num_messages <= 0:
+    elif not num_messages or num_messages <= 0:
         return []
-    recent = runs.values("id")[:num_messages]  # at most one message per run is needed to reach N messages
-    rows = (Message.objects.using(alias).filter(run_id__in=recent).exclude(role=Role.SYSTEM)
-            .order_by("-seq").values_list(*_HISTORY_FIELDS)[:num_messages])
-    messages = _messages(reversed(list(rows)), from_history=True)
-    while messages and messages[0].role == Role.TOOL:
+    messages = _messages(store.history(session_pk, num_runs, num_messages, component_id=component_id),
+                         from_history=True)
+    while num_runs is None and messages and messages[0].role == Role.TOOL:
         messages.pop(0)
     return messages

@@ -93,7 +93,7 @@ class RunSQL:
             "id", "owner", "session_id", "session_state", "state_version", "summary", "last_seq", "lease_token",
             "lease_expires_at", "last_activity_at", "current_leaf")}
         r = {name: quote(Run._meta.get_field(name).column) for name in ("id", "session", "status", "parent_run",
-                                                                          "abandoned")}
+                                                                          "abandoned", "component_id")}
         m = {name: quote(Message._meta.get_field(name).column) for name in ("session", "run", "seq", "role")}
         lock = " FOR UPDATE OF s" if connection.features.has_select_for_update_of else ""
         # ChatSession.objects.select_for_update(of=("self",)).select_related("owner").filter(session_id=...)
@@ -122,6 +122,22 @@ class RunSQL:
             f" INNER JOIN {_table(Run, connection, 'r')} ON r.{r['id']} = m.{m['run']}"
             f" WHERE m.{m['session']} = %s AND {completed}"
             f" AND m.{m['role']} <> '{Role.SYSTEM.value}' ORDER BY m.{m['seq']} DESC LIMIT %s"
+        )
+        # history.step_history: the same, of one step agent's (or member's) own earlier runs in the session.
+        step_runs = (f"r.{r['status']} = '{RunStatus.COMPLETED.value}' AND r.{r['parent_run']} IS NOT NULL"
+                     f" AND r.{r['component_id']} = %s")
+        self.step_history_by_runs = (
+            f"SELECT {history_columns} FROM {_table(Message, connection, 'm')}"
+            f" WHERE m.{m['run']} IN (SELECT r.{r['id']} FROM {_table(Run, connection, 'r')}"
+            f" WHERE r.{r['session']} = %s AND {step_runs}"
+            f" ORDER BY r.{r['id']} DESC LIMIT %s) AND m.{m['role']} <> '{Role.SYSTEM.value}' ORDER BY m.{m['seq']}"
+        )
+        self.step_history_by_messages = (
+            f"SELECT {history_columns} FROM {_table(Message, connection, 'm')}"
+            f" WHERE m.{m['run']} IN (SELECT r.{r['id']} FROM {_table(Run, connection, 'r')}"
+            f" WHERE r.{r['session']} = %s AND {step_runs}"
+            f" ORDER BY r.{r['id']} DESC LIMIT %s) AND m.{m['role']} <> '{Role.SYSTEM.value}'"
+            f" ORDER BY m.{m['seq']} DESC LIMIT %s"
         )
         returning = " RETURNING " + quote(Run._meta.pk.column)
         self.insert_run = (
@@ -317,12 +333,23 @@ class RunStore:
         return SessionRow(pk, owner_id, owner_name, state or "{}", version, _load(summary), last_seq, token,
                           bool(live), leaf)
 
-    def history(self, session_pk: int, num_runs: int | None, num_messages: int | None) -> list[HistoryRow]:
-        """See history.history: the same rows, oldest first (before orphaned tool results are dropped)."""
-        if num_runs is not None:
-            statement, params, newest_first = self.sql.history_by_runs, (session_pk, num_runs), False
+    def history(self, session_pk: int, num_runs: int | None, num_messages: int | None,
+                component_id: str | None = None) -> list[HistoryRow]:
+        """See history.history: the same rows, oldest first (before orphaned tool results are dropped).
+        With `component_id`, a step agent's (or team member's) own earlier runs (history.step_history)."""
+        sql = self.sql
+        if component_id is not None:
+            if num_runs is not None:
+                statement, params = sql.step_history_by_runs, (session_pk, component_id, num_runs)
+                newest_first = False
+            else:  # at most one message per run is needed to reach N messages
+                statement, params = sql.step_history_by_messages, (session_pk, component_id, num_messages,
+                                                                   num_messages)
+                newest_first = True
+        elif num_runs is not None:
+            statement, params, newest_first = sql.history_by_runs, (session_pk, num_runs), False
         else:
-            statement, params, newest_first = self.sql.history_by_messages, (session_pk, num_messages), True
+            statement, params, newest_first = sql.history_by_messages, (session_pk, num_messages), True
         rows = self.execute(statement, params).fetchall()
         if newest_first:
             rows.reverse()

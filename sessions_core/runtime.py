@@ -410,14 +410,14 @@ class RunLoop:
 
     def _start_child_sync(self) -> None:
         config, root, now = self.config, self.root, timezone.now()
-        history = []
-        if config.add_history_to_context:
-            history = history_module.step_history(root.start.session_pk, self.alias, config.component_id,
-                                                  config.num_history_runs, config.num_history_messages)
-        system = prompt.system_message(config, dict(self.tracker.working), self.user_id, None)
-        first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
-        first.append(ChatMessage(role=Role.USER, content=self.input))
         with RunStore(self.alias) as store, store.atomic():
+            history = []
+            if config.add_history_to_context:
+                history = history_module.step_history(store, root.start.session_pk, config.component_id,
+                                                      config.num_history_runs, config.num_history_messages)
+            system = prompt.system_message(config, dict(self.tracker.working), self.user_id, None)
+            first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
+            first.append(ChatMessage(role=Role.USER, content=self.input))
             self.run_pk = store.insert_run(
                 run_id=self.run_id, session_pk=root.start.session_pk, component_id=config.component_id,
                 input=self.input, model_id=self.model.id if self.model else "", now=now, kind=config.kind,

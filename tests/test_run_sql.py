@@ -82,6 +82,31 @@ class TestHistory(TestCase):
                 rows = [tuple(row) for row in store.history(self.session.pk, None, num_messages)]
                 assert rows == self.orm_by_messages(num_messages)
 
+    def test_a_step_agents_own_runs_read_what_the_orm_reads(self):
+        parent = Run.objects.filter(session=self.session, parent_run__isnull=True).last()
+        for number in range(4):  # step runs of "shopper", one of another step, one failed
+            step = add_tool_turn(self.session, parent_run=parent)
+            Run.objects.filter(pk=step.pk).update(component_id="shopper", content=f"step {number}")
+        other = add_tool_turn(self.session, parent_run=parent)
+        Run.objects.filter(pk=other.pk).update(component_id="other")
+        failed = add_tool_turn(self.session, run_status=RunStatus.ERROR, parent_run=parent)
+        Run.objects.filter(pk=failed.pk).update(component_id="shopper")
+        runs = Run.objects.filter(session=self.session, status=RunStatus.COMPLETED, parent_run__isnull=False,
+                                  component_id="shopper").order_by("-id")
+        store = self.enterContext(RunStore("default"))
+        for num_runs in (1, 3, 10):
+            with self.subTest(num_runs=num_runs):
+                orm = list(Message.objects.filter(run_id__in=runs.values("id")[:num_runs]).exclude(role=Role.SYSTEM)
+                           .order_by("seq").values_list(*HISTORY_FIELDS))
+                rows = [tuple(row) for row in store.history(self.session.pk, num_runs, None, component_id="shopper")]
+                assert rows == orm and rows
+        for num_messages in (1, 3, 9):
+            with self.subTest(num_messages=num_messages):
+                orm = list(Message.objects.filter(run_id__in=runs.values("id")).exclude(role=Role.SYSTEM)
+                           .order_by("-seq").values_list(*HISTORY_FIELDS)[:num_messages])[::-1]
+                rows = [tuple(row) for row in store.history(self.session.pk, None, num_messages, component_id="shopper")]
+                assert rows == orm and rows
+
     def test_values_come_back_typed(self):
         with RunStore("default") as store:
             rows = store.history(self.session.pk, 2, None)
