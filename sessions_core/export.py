@@ -43,10 +43,13 @@ def _steps(prefix: str = "") -> Prefetch:
     return Prefetch(f"{prefix}children", queryset=Run.objects.order_by("pk"), to_attr="steps")
 
 
-def _runs(session: ChatSession) -> Iterator[Run]:
-    """Top-level runs, oldest first, each with `shown` (its messages but the system prompt, by seq) and
-    `steps` (a workflow's step runs, a team's member runs, and theirs: two levels down)."""
-    runs = Run.objects.filter(session=session, parent_run__isnull=True).order_by("pk")
+def _runs(session: ChatSession, current_branch: bool = False) -> Iterator[Run]:
+    """Top-level runs (of every branch, or of the current one), oldest first, each with `shown` (its messages
+    but the system prompt, by seq) and `steps` (a workflow's step runs, a team's member runs, and theirs)."""
+    runs = Run.objects.filter(session=session, parent_run__isnull=True).select_related("follows").only(
+        *(f.name for f in Run._meta.concrete_fields), "follows__run_id").order_by("pk")
+    if current_branch:
+        runs = runs.filter(abandoned=False)
     prefetch = [_shown()]
     if session.kind != "agent":  # only then: an agent session's export stays at two queries a batch
         prefetch += [_steps(), _shown("steps__"), _steps("steps__"), _shown("steps__steps__")]
@@ -74,6 +77,8 @@ def _run(run: Run) -> dict:
         "created_at": _time(run.created_at), "finished_at": _time(run.finished_at), "metrics": run.metrics,
         "state_version": run.state_version, "messages": [_message(message) for message in run.shown],
     }
+    if run.parent_run_id is None:  # where it sits in the tree of branches
+        data.update(follows=run.follows.run_id if run.follows_id else None, abandoned=run.abandoned)
     steps = getattr(run, "steps", None) or []
     if steps:
         data["steps"] = [{"step_name": step.step_name, "component": step.component_id, **_run(step)} for step in steps]
@@ -120,7 +125,7 @@ def export_markdown(session: ChatSession, assistant_name: str = "") -> Iterator[
     facts += [f"started {session.created_at:%Y-%m-%d %H:%M} UTC",
               f"last active {session.last_activity_at:%Y-%m-%d %H:%M} UTC"]
     yield " · ".join(facts) + "\n"
-    for run in _runs(session):
+    for run in _runs(session, current_branch=True):  # the conversation as it reads now; the JSON has every branch
         for message in run.shown:
             yield from _markdown_message(message)
         if run.status in _ENDINGS:
@@ -198,6 +203,9 @@ class _RunIn(pydantic.BaseModel):
     metrics: dict = {}
     messages: list[_MessageIn] = []
     steps: list[_RunIn] = []  # a workflow's steps, a team's members
+    run_id: str | None = None  # the exported id, which `follows` names; the import gives the run a new one
+    follows: str | None = None
+    abandoned: bool = False
 
 
 class _SessionIn(pydantic.BaseModel):
@@ -267,9 +275,11 @@ def _import_session(data: _SessionIn, user) -> ChatSession:
         session.session_state, session.state_version = state, 1
     messages: list[Message] = []
     level: list[tuple[_RunIn, Run | None]] = [(run, None) for run in data.runs]
-    seq = 0
+    seq, top_level = 0, None
     while level:  # the top-level runs, then their steps, then theirs: a bulk insert per level
         stored_level = Run.objects.bulk_create(_imported_run(session, run, parent, now) for run, parent in level)
+        if top_level is None:
+            top_level = list(zip(data.runs, stored_level, strict=True))
         for (run, _), stored in zip(level, stored_level, strict=True):
             for message in run.messages:
                 seq += 1
@@ -281,10 +291,26 @@ def _import_session(data: _SessionIn, user) -> ChatSession:
                     created_at=_aware(message.created_at) or stored.created_at,
                 ))
         level = [(step, stored) for (run, _), stored in zip(level, stored_level, strict=True) for step in run.steps]
+    _link_branches(session, top_level or [])
     Message.objects.bulk_create(messages, batch_size=500)
     session.last_seq = seq
     session.save(update_fields=["session_state", "state_version", "last_seq"])
     return session
+
+
+def _link_branches(session: ChatSession, runs: list[tuple[_RunIn, Run]]) -> None:
+    """The imported runs' tree: each follows the run its `follows` names (a document without branches, the
+    one before it), and the session's leaf is the last run of the current branch."""
+    by_old_id = {run.run_id: stored for run, stored in runs if run.run_id}
+    previous = None
+    for run, stored in runs:
+        follows = by_old_id.get(run.follows) if run.follows else (None if run.run_id else previous)
+        stored.follows, stored.abandoned = follows, run.abandoned
+        previous = stored
+    Run.objects.bulk_update([stored for _, stored in runs], ["follows", "abandoned"], batch_size=500)
+    current = [stored for run, stored in runs if not run.abandoned]
+    session.current_leaf = current[-1] if current else None
+    ChatSession.objects.filter(pk=session.pk).update(current_leaf=session.current_leaf)
 
 
 def _imported_run(session: ChatSession, run: _RunIn, parent: Run | None, now) -> Run:

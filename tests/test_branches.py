@@ -214,3 +214,28 @@ class TestBranchOfABranch(BranchTestCase):
         again = self.shop.regenerate(session_id="s")
         self.shop.edit_and_rerun(again.run_id, "add bread", session_id="s")
         assert self.state() == {"shopping_list": ["milk", "bread"]}
+
+
+class TestExport(BranchTestCase):
+    def test_json_keeps_every_branch_and_markdown_reads_the_current_one(self):
+        from sessions_core.export import export_json, export_markdown, import_json
+
+        (alice,) = make_users("alice")
+        self.shop.run("add milk", session_id="s", user_id="alice")
+        eggs = self.shop.run("add eggs", session_id="s", user_id="alice")
+        self.shop.edit_and_rerun(eggs.run_id, "add bread", session_id="s", user_id="alice")
+        session = ChatSession.objects.get(session_id="s")
+
+        markdown = "".join(export_markdown(session))
+        assert "add bread" in markdown and "add eggs" not in markdown
+        (copy,) = import_json("".join(export_json(session)), alice)
+
+        def tree(of):
+            runs = Run.objects.filter(session=of, parent_run__isnull=True).select_related("follows").order_by("pk")
+            return [(run.input, run.follows.input if run.follows else None, run.abandoned) for run in runs]
+
+        assert tree(copy) == tree(session) == [("add milk", None, False), ("add eggs", "add milk", True),
+                                               ("add bread", "add milk", False)]
+        assert copy.current_leaf.input == "add bread"
+        self.shop.run("add jam", session_id=copy.session_id, user_id="alice")
+        assert Run.objects.get(session=copy, input="add jam").follows.input == "add bread"
