@@ -113,3 +113,30 @@ class ForkViewTests(LiveTestMixin, TransactionTestCase):
         assert response["Location"] == reverse("chat:session", args=[copy.session_id])
         assert copy.session_state == {"shopping_list": ["milk"]}
         assert list(copy.runs.values_list("input", flat=True)) == ["add milk"]
+
+
+class SearchOpensTheBranchTests(LiveTestMixin, TransactionTestCase):
+    def test_a_hit_on_another_branch_opens_that_branch_and_a_foreign_run_changes_nothing(self):
+        self.llm.responder = adds
+        alice, bob = make_user("alice"), make_user("bob")
+        session = make_session(alice, component_id="shopping")
+        from chatapp.assistants import get_assistant
+
+        shop = get_assistant("shopping")
+        shop.run("add milk", session_id=session.session_id, user_id=alice)
+        eggs = shop.run("add eggs", session_id=session.session_id, user_id=alice)
+        shop.edit_and_rerun(eggs.run_id, "add bread", session_id=session.session_id, user_id=alice)
+        foreign = shop.run("add gin", session_id="bobs", user_id=bob)
+        client = Client()
+        client.force_login(alice)
+        url = reverse("chat:session", args=[session.session_id])
+
+        page = client.get(url, {"run": foreign.run_id}).content.decode()
+        assert "add bread" in page and ChatSession.objects.get(pk=session.pk).session_state == {
+            "shopping_list": ["milk", "bread"]}
+        hits = client.get(reverse("chat:search_hx"), {"q": "eggs"}, HTTP_HX_REQUEST="true").content.decode()
+        assert f"?run={eggs.run_id}" in hits  # search finds text on the abandoned branch
+
+        page = client.get(url, {"run": eggs.run_id}).content.decode()
+        assert "add eggs" in page and "add bread" not in page
+        assert ChatSession.objects.get(pk=session.pk).session_state == {"shopping_list": ["milk", "eggs"]}

@@ -8,7 +8,8 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from sessions_core.models import ChatSession
+from sessions_core.branches import SessionBusyError
+from sessions_core.models import ChatSession, Run
 
 from .. import rendering
 from ..assistants import ASSISTANTS, DEFAULT_ASSISTANT, get_assistant
@@ -52,7 +53,28 @@ def new_session(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def session_page(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    return render_chat_page(request, owned_session(request, session_id))
+    """The chat; `?run=<run id>` (a search hit) opens the branch that run is on."""
+    session = owned_session(request, session_id)
+    run_id = request.GET.get("run", "")
+    if run_id and not session.deleted_at:
+        _open_branch_of(request, session, run_id)
+    return render_chat_page(request, session)
+
+
+def _open_branch_of(request: HtmxHttpRequest, session: ChatSession, run_id: str) -> None:
+    """Make the branch holding `run_id` (a reply, or a step or member run inside one) the session's current
+    one; a run that is not this session's, or a session with a run in flight, is left as it is."""
+    run = Run.objects.filter(session=session, run_id=run_id[:64]).select_related("parent_run__parent_run").first()
+    while run is not None and run.parent_run_id is not None:
+        run = run.parent_run
+    if run is None or not run.abandoned:
+        return
+    try:
+        get_assistant(session.component_id).set_current_branch(run.run_id, session_id=session.session_id,
+                                                              user_id=request.user)
+    except (KeyError, SessionBusyError):
+        return
+    session.refresh_from_db()
 
 
 @login_required
