@@ -375,3 +375,22 @@ def test_a_failed_postgres_migration_leaves_no_schema(pg_url):
     assert tables_in(pg_url, "taken") == {"sessions_core_run"}
     fresh.get_sessions()  # the failure took no lock or schema with it
     assert "sessions_core_chatsession" in tables_in(pg_url, "fresh")
+
+
+def test_an_agent_a_team_and_a_workflow_given_one_store_share_its_sessions(in_tmp, llm_server, openai_model):
+    from sessions_core import Team, Workflow
+
+    llm_server.responder = lambda body: Text("hello")
+    db = SqliteDb(db_file="tmp/shared.db")
+
+    def bump(step_input, run_context):
+        run_context.session_state["steps"] = run_context.session_state.get("steps", 0) + 1
+
+    workflow = Workflow(name="W", steps=[bump], db=db)
+    workflow.run("one", session_id="w", user_id="ann")
+    team = Team(name="T", model=openai_model, members=[Agent(name="M", model=openai_model)], db=db)
+    team.run("two", session_id="t", user_id="ann")
+    agent = Agent(model=openai_model, db=SqliteDb(db_file="tmp/shared.db"))
+    assert agent.get_session_state(session_id="w", user_id="ann") == {"steps": 1}  # the workflow's, read by the agent
+    assert [(s.session_id, s.kind) for s in db.get_sessions(user_id="ann")] == [("t", "team"), ("w", "workflow")]
+    assert sorted(Run.objects.using(db.alias).values_list("kind", flat=True)) == ["function", "team", "workflow"]
