@@ -272,6 +272,9 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         await settle()
         run = await Run.objects.aget(run_id=run_id)
         assert (run.status, run.content) == (RunStatus.CANCELLED, "partial ")
+        # A stopped stream reports no usage: the figure is unknown, never a false "0 in / 0 out".
+        assert not {"input_tokens", "output_tokens", "total_tokens"} & run.metrics.keys()
+        assert "tokens unknown" in frames[-1] and "0 in" not in frames[-1]
         assert await sync_to_async(self.llm.wait_for_disconnects)(1, 5)  # the provider stream was closed
         await socket.disconnect()
 
