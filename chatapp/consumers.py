@@ -1,7 +1,7 @@
 """The chat websocket: one socket per open session page, at /ws/sessions/<session_id>/.
 
 Connect
-    Anonymous users are closed with 4401. The session is looked up through the same scoped queryset
+    A socket to any other path is closed with 4404 (`NotFoundConsumer`). Anonymous users are closed with 4401. The session is looked up through the same scoped queryset
     as the views (`ChatSession.objects.for_user(user).alive()`); an unknown, deleted or foreign id
     is closed with 4403. The socket joins `session.<pk>` (every tab of this session) and
     `user.<user pk>` (every tab of this user: sidebar rows), then catches up (below).
@@ -125,6 +125,13 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame
     if kind == "retry":
         return Frame("retry", run_id=_id(data, "run_id", required=True))
     return Frame(kind)
+
+
+class NotFoundConsumer(AsyncWebsocketConsumer):
+    """A socket to any other path: closed with 4404, as an unknown URL is a 404."""
+
+    async def connect(self):
+        await self.close(code=4404)
 
 
 class SessionConsumer(AsyncWebsocketConsumer):

@@ -11,16 +11,19 @@ from datetime import timedelta
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
 from django.test import Client, TransactionTestCase, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
 from chatapp import live
+from chatapp.asgi import application
 from chatapp.broadcast import session_group, sync_group
 from chatapp.models import QueuedMessage
 from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import (
+    ORIGIN,
     LiveTestMixin,
     frames_until,
     layer_listener,
@@ -57,6 +60,12 @@ class TestConnect(LiveTestMixin, TransactionTestCase):
         socket = await self.socket("no-such-session", self.alice, connect=False)
         connected, code = await socket.connect()
         assert (connected, code) == (False, 4403)
+
+    async def test_a_socket_to_an_unknown_path_is_refused_not_a_server_error(self):
+        for path in ("/ws/nowhere/", "/ws/sessions/", "/not-a-socket"):
+            socket = WebsocketCommunicator(application, path, headers=[ORIGIN])
+            connected, code = await socket.connect()
+            assert (connected, code) == (False, 4404), path
 
     async def test_it_refuses_a_session_in_the_trash(self):
         await ChatSession.objects.filter(pk=self.session.pk).aupdate(deleted_at=self.session.created_at)
