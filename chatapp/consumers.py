@@ -70,7 +70,7 @@ from sessions_core.storable import storable
 from . import live, titles
 from .broadcast import session_group, user_group
 from .live import ID_MAX
-from .rendering import render_status
+from .rendering import render_composer_text, render_status
 
 FRAME_TYPES = ("send", "stop", "retry", "regenerate_title")
 
@@ -175,7 +175,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await aclose_old_connections()
         session = await ChatSession.objects.for_user(self.user).alive().filter(pk=self.session.pk).afirst()
         if session is None:
-            await self._send_html(render_status("This chat was deleted.", "error"))
+            # Moved to the trash (from another tab or process): nothing runs, and a message comes back
+            # into the composer rather than being dropped.
+            note = render_status("This chat is in the trash: restore it to continue. Your message was not sent.",
+                                 "error")
+            await self._send_html(note + (render_composer_text(frame.text) if frame.type == "send" else ""))
             return
         if frame.type == "send":
             await live.submit(session, self.user, frame.text)

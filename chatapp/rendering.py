@@ -283,6 +283,11 @@ def render_tokens(run_id: str, text: str) -> str:
     return render_oob(text, f"beforeend:#reply-{run_id}")
 
 
+def render_composer_text(text: str) -> str:
+    """The composer's text box holding `text` again (a message the server could not take), out of band."""
+    return render_to_string("chatapp/_composer_text.html", {"text": text, "oob": "true"})
+
+
 def render_queued(item) -> str:
     """One queued message (a QueuedMessage row, or one held in memory with `queued_id` and `text`)."""
     return render_to_string("chatapp/_queued.html", {"item": item, "note": QUEUED_NOTE})
@@ -323,7 +328,7 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
     """Context of _state_panel.html. `edit_text`/`edit_version` refill the JSON form after a refused edit;
     `pending_changes` are a running reply's changes, listed above the stored ones."""
     changes = list(StateChange.objects.filter(session=session).select_related("run")
-                   .only("version", "patch", "source", "created_at", "run__run_id")
+                   .only("version", "patch", "inverse", "source", "created_at", "run__run_id")
                    .order_by("-version")[:TIMELINE_CHANGES])
     state_json = json.dumps(session.session_state, indent=2, ensure_ascii=False)
     return {

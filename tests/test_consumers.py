@@ -67,6 +67,16 @@ class TestConnect(LiveTestMixin, TransactionTestCase):
             connected, code = await socket.connect()
             assert (connected, code) == (False, 4404), path
 
+    async def test_a_message_to_a_chat_trashed_meanwhile_comes_back_into_the_composer(self):
+        socket = await self.socket(self.session.session_id, self.alice)
+        await ChatSession.objects.filter(pk=self.session.pk).aupdate(deleted_at=self.session.created_at)
+        await socket.send_to(text_data=json.dumps({"type": "send", "text": "my <long> message"}))
+        frame = await socket.receive_from(timeout=5)
+        assert is_error(frame) and "in the trash" in frame
+        assert '<textarea id="composer-text"' in frame and 'hx-swap-oob="true">my &lt;long&gt; message</textarea>' in frame
+        assert not await Run.objects.aexists()
+        await socket.disconnect()
+
     async def test_it_refuses_a_session_in_the_trash(self):
         await ChatSession.objects.filter(pk=self.session.pk).aupdate(deleted_at=self.session.created_at)
         socket = await self.socket(self.session.session_id, self.alice, connect=False)

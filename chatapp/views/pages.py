@@ -6,6 +6,8 @@ from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods
 
 from sessions_core.models import ChatSession
@@ -22,7 +24,12 @@ from .common import HtmxHttpRequest, owned_session, render_chat_page
 @require_GET
 def index(request: HtmxHttpRequest) -> HttpResponse:
     newest = ChatSession.objects.for_user(request.user).alive().for_sidebar().first()
-    return redirect("chat:session", newest.session_id) if newest else redirect("chat:new")
+    if newest is None:
+        return redirect("chat:new")
+    # After the open chat went to the trash: its Undo toast and unsent draft come along (render_chat_page).
+    deleted = request.GET.get("deleted", "")[:64]
+    return redirect(reverse("chat:session", args=[newest.session_id]) + (f"?{urlencode({'deleted': deleted})}"
+                                                                          if deleted else ""))
 
 
 def _last_used_assistant(user) -> str:
