@@ -39,26 +39,42 @@ TIMELINE_CHANGES = 50  # state changes listed in the panel
 _FORMATTER = HtmlFormatter(nowrap=True)
 
 
-def _highlight(code: str, language: str, _attrs) -> str:
-    """A fenced code block: Pygments spans plus a bar with the language and a copy button."""
+def _fence(_renderer, tokens, idx, _options, _env) -> str:
+    """A fenced code block: Pygments spans plus a bar with the language and a copy button. Rendered whole
+    here (markdown-it would wrap a highlighter's output in a second <pre><code>). The label is the info
+    string's first word when Pygments knows it, or a one-word info string; prose after the fence is no label."""
+    token = tokens[idx]
+    words = token.info.split()
+    language = words[0] if words else ""
     try:
         lexer = get_lexer_by_name(language) if language else None
     except ClassNotFound:
         lexer = None
+    if lexer is None and len(words) != 1:
+        language = ""
     # Pygments escapes the code it wraps in spans; without a lexer the template escapes it.
-    body = mark_safe(highlight(code, lexer, _FORMATTER)) if lexer else code  # noqa: S308
-    return render_to_string("chatapp/_codeblock.html", {"language": language, "body": body})
+    body = mark_safe(highlight(token.content, lexer, _FORMATTER)) if lexer else token.content  # noqa: S308
+    return render_to_string("chatapp/_codeblock.html", {"language": language[:30], "body": body})
+
+
+def _image(renderer, tokens, idx, options, env) -> str:
+    """An image as a link to it, named by its alt text: a reply never loads a remote image unasked."""
+    token = tokens[idx]
+    alt = renderer.renderInlineAsText(token.children or [], options, env) or "image"
+    return render_to_string("chatapp/_image_link.html", {"src": token.attrGet("src") or "", "alt": alt})
 
 
 # html=False: raw HTML in the text is shown as text, never passed through; nh3 below is the second line.
-_MARKDOWN = MarkdownIt("commonmark", {"html": False, "highlight": _highlight}).enable(["table", "strikethrough"])
+_MARKDOWN = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
+_MARKDOWN.add_render_rule("fence", _fence)
+_MARKDOWN.add_render_rule("image", _image)
 
 _TAGS = {
     "p", "br", "hr", "strong", "em", "s", "del", "code", "pre", "blockquote", "ul", "ol", "li", "a",
     "h1", "h2", "h3", "h4", "h5", "h6", "table", "thead", "tbody", "tr", "th", "td", "span", "div", "button",
 }
 _ATTRIBUTES = {
-    "a": {"href", "title"},
+    "a": {"href", "title", "class"},
     "span": {"class"},
     "div": {"class"},
     "pre": {"class"},

@@ -75,6 +75,29 @@ def test_code_blocks_are_highlighted_with_a_copy_button():
     assert "&lt;b&gt;" in html and "<b>" not in html
 
 
+def test_a_code_block_is_valid_html_with_its_language_label():
+    html = rendering.render_markdown("```python\nx = 1\n```\n\nAfter.")
+    assert html.count("<pre") == 1 and html.count("<code") == 1
+    assert "<pre><code><div" not in html and html.startswith('<div class="codeblock">')
+    assert "<p>After.</p>" in html
+
+
+def test_prose_after_a_fence_is_not_a_language_label():
+    html = rendering.render_markdown("```Here is the code you asked for\nx = 1\n```")
+    assert "code-lang" not in html
+    html = rendering.render_markdown("```python title=app.py\nx = 1\n```")
+    assert '<span class="code-lang">python</span>' in html
+
+
+def test_an_image_is_a_link_named_by_its_alt_text_never_loaded():
+    html = rendering.render_markdown("See ![a red **bicycle**](https://example.com/bike.png), ![](https://e.com/x.png)"
+                                     " and ![x](javascript:alert(1))")
+    assert "<img" not in html
+    assert ('<a class="image-link" href="https://example.com/bike.png" title="Image: open it" '
+            'rel="noopener noreferrer nofollow">🖼 a red bicycle</a>') in html
+    assert "🖼 image</a>" in html and 'href="javascript' not in html
+
+
 def test_code_in_an_unknown_language_is_escaped_text():
     html = rendering.render_markdown("```nosuchlang\n<script>x</script>\n```")
     assert "&lt;script&gt;x&lt;/script&gt;" in html
