@@ -110,6 +110,30 @@ class ToolCallView:
     def pending(self) -> bool:
         return self.result is None
 
+    @property
+    def failed(self) -> bool:
+        """The tool raised, or answered with an error (tools report refusals as "Error: ...")."""
+        return self.error or (self.result or "").startswith("Error:")
+
+    @property
+    def summary(self) -> str:
+        """The arguments in one line for the collapsed row: add_item · milk; fetch · id=3, full=true."""
+        try:
+            args = json.loads(self.arguments) if self.arguments else {}
+        except ValueError:
+            return _one_line(self.arguments)
+        if not isinstance(args, dict):
+            return _one_line(json.dumps(args, ensure_ascii=False))
+        if len(args) == 1 and isinstance(next(iter(args.values())), str):
+            return _one_line(next(iter(args.values())))
+        return _one_line(", ".join(f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+                                   for key, value in args.items()))
+
+
+def _one_line(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 def _pretty_json(text) -> str:
     if not isinstance(text, str):

@@ -166,6 +166,20 @@ class TestRunFragment(TestCase):
         assert "Error: &lt;x&gt; is not on the list." in html
         assert html.index("call_1") < html.index("call_2") < html.index(f'id="reply-{run.run_id}"')
 
+    def test_a_tool_that_answers_with_an_error_shows_failed_not_done(self):
+        call = rendering.ToolCallView("call_3", "remove_item", '{"item": "tea"}', result="Error: tea is not on the list.")
+        html = rendering.render_tool_call("r1", call)
+        assert 'class="tool-call tool-error"' in html
+        assert '<span class="tool-status">failed</span>' in html and ">done<" not in html
+
+    def test_a_collapsed_tool_call_shows_its_arguments_in_one_line(self):
+        one = rendering.render_tool_call("r1", rendering.ToolCallView("c1", "add_item", '{\n  "item": "milk"\n}'))
+        assert '<code class="tool-name">add_item</code><span class="tool-args"> · milk</span>' in one
+        many = rendering.ToolCallView("c2", "add_task", '{"name": "<b>call</b>", "priority": "high", "n": 2}')
+        assert many.summary == "name=<b>call</b>, priority=high, n=2"
+        assert "· name=&lt;b&gt;call&lt;/b&gt;, priority=high, n=2" in rendering.render_tool_call("r1", many)
+        assert rendering.ToolCallView("c3", "list_items", "{}").summary == ""
+
     def test_a_live_tool_call_renders_with_the_same_template(self):
         html = rendering.render_tool_call("r1", rendering.ToolCallView("call_9", "list_items", "{}"))
         assert '<details class="tool-call pending" id="tool-r1-call_9">' in html and "running…" in html
