@@ -129,6 +129,13 @@ class TestEdit(StateTestCase):
         html = self.assert_refused(self.edit('{"shopping_list": [milk]}', 3), 422, "That is not valid JSON")
         assert "{&quot;shopping_list&quot;: [milk]}</textarea>" in html
 
+    def test_a_json_error_is_said_in_a_users_words(self):
+        html = self.assert_refused(self.edit('{"n": ' + "9" * 5000 + "}", 3), 422,
+                                   "That is not valid JSON: a number in it is too long to read (more than 4,300 digits).")
+        assert "set_int_max_str_digits" not in html
+        self.assert_refused(self.edit('{"a": 1,}', 3), 422, "That is not valid JSON: expecting property name enclosed "
+                            "in double quotes at line 1, column 9.")
+
     def test_a_json_value_that_is_not_an_object_is_refused(self):
         self.assert_refused(self.edit('["milk"]', 3), 422, "The state must be a JSON object")
 
