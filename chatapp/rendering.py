@@ -28,7 +28,7 @@ from sessions_core.models import ChatSession, Message, Role, Run, RunStatus, Sta
 from sessions_core.summary import SessionSummary
 
 from . import state_view
-from .assistants import assistant_name
+from .assistants import assistant_defaults, assistant_name
 from .sidebar import sidebar_page
 
 TRANSCRIPT_RUNS = 50  # runs shown at once; older ones behind "Load earlier"
@@ -379,6 +379,7 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
         "form_text": state_json if edit_text is None else edit_text,
         "form_version": session.state_version if edit_version in (None, "") else edit_version,
         "assistant_name": assistant_name(session.component_id),
+        "default_keys": list(assistant_defaults(session.component_id)),
         "summary": SessionSummary.from_dict(session.summary),
         **extra,
     }

@@ -278,6 +278,24 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         ]
         await socket.disconnect()
 
+    async def test_a_starting_key_the_user_deleted_comes_back_on_the_next_message_as_the_panel_says(self):
+        from chatapp import rendering
+        from chatapp.state_edits import replace_state
+
+        await sync_to_async(replace_state)(self.alice, self.shopping.session_id, {"budget": 20}, 0)
+        session = await ChatSession.objects.aget(pk=self.shopping.pk)
+        panel = await sync_to_async(rendering.render_state_panel)(session)
+        assert ("starts with <code>shopping_list</code>: delete it and it comes back with its starting value "
+                "on your next message") in panel
+        self.llm.add(Text("Noted."))
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        await self.send(socket, "hello")
+        await frames_until(socket, run_done())
+        await settle()
+        session = await ChatSession.objects.aget(pk=self.shopping.pk)
+        assert session.session_state == {"budget": 20, "shopping_list": []}
+        await socket.disconnect()
+
     async def test_stop_cancels_the_run_keeps_the_partial_reply_and_closes_the_model_stream(self):
         hold = threading.Event()  # never set: the reply stops after its first word
         self.llm.add(Text("partial words that never arrive", wait_event=hold))
