@@ -199,7 +199,13 @@ def test_the_import_page_adds_the_chats_and_opens_the_first(alice_chat, client):
     response = client.post(reverse("chat:import"), {"file": upload})
     copy = ChatSession.objects.for_user(alice).exclude(pk=session.pk).get()
     assert response["Location"] == reverse("chat:session", args=[copy.session_id])
-    assert "Imported 1 chat." in client.get(response["Location"]).content.decode()
+    page = client.get(response["Location"]).content.decode()
+    assert "Imported 1 chat." in page
+    # The copy says it is one; the original keeps its title.
+    copy.refresh_from_db()
+    session.refresh_from_db()
+    assert copy.name == f"{session.name} (imported)" and not session.name.endswith("(imported)")
+    assert f"{session.name} (imported)" in page
 
 
 @pytest.mark.parametrize("data, words", [

@@ -164,6 +164,11 @@ class TestIndexAndNewSession(WebTestCase):
         assert f'<li id="session-item-{session.pk}" hx-swap-oob="delete">' in pushed
         assert f'<div hx-swap-oob="afterend:#group-today"><li id="session-item-{session.pk}"' in pushed
 
+    def test_cancel_on_the_new_chat_page_is_offered_only_when_there_is_a_chat_to_go_back_to(self):
+        assert ">Cancel</a>" in self.client.get(reverse("chat:new")).content.decode()
+        ChatSession.objects.all().delete()
+        assert ">Cancel</a>" not in self.client.get(reverse("chat:new")).content.decode()
+
     def test_an_unknown_assistant_is_refused(self):
         before = ChatSession.objects.count()
         response = self.client.post(reverse("chat:new"), {"assistant": "hacker"})

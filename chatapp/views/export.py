@@ -70,6 +70,19 @@ def export_all(request: HttpRequest) -> StreamingHttpResponse:
     return _download(parts, "application/json", f"chats-{slugify(request.user.get_username())}-{now:%Y%m%d}.json")
 
 
+IMPORTED = " (imported)"
+
+
+def _mark_imported(sessions) -> None:
+    """An imported chat says so in its title, so it is never taken for its original (in the sidebar, in
+    search, in the tab's title)."""
+    for session in sessions:
+        base = session.name or "Imported chat"
+        if not base.endswith(IMPORTED):
+            session.name = base[: 200 - len(IMPORTED)] + IMPORTED if session.name else base
+            session.save(update_fields=["name"])
+
+
 NOT_AN_EXPORT = ("This file is not a chat export from this app. Import takes the JSON file that “Export” "
                  "(or a chat's “Download as JSON”) saved.")
 
@@ -104,6 +117,7 @@ def import_chats(request: HttpRequest) -> HttpResponse:
             except export.ImportRefused as exc:
                 error = _refusal_in_words(str(exc))
             else:
+                _mark_imported(sessions)
                 count = len(sessions)
                 messages.success(request, f"Imported {count} chat{'' if count == 1 else 's'}.")
                 return redirect("chat:session", sessions[0].session_id) if count else redirect("chat:index")

@@ -52,8 +52,10 @@ def new_session(request: HtmxHttpRequest) -> HttpResponse:
             session.apply_state_change(assistant.session_state, "defaults")
         broadcast_to_user(request.user.pk, rendering.render_session_item_to_top(session))
         return redirect("chat:session", session.session_id)
-    return render(request, "chatapp/new_session.html", {"form": form, "assistants": ASSISTANTS.values()},
-                  status=400 if form.errors else 200)
+    # Cancel goes back to a chat; with none yet, the index would only come back here.
+    has_chats = ChatSession.objects.for_user(request.user).alive().exists()
+    return render(request, "chatapp/new_session.html", {"form": form, "assistants": ASSISTANTS.values(),
+                                                        "has_chats": has_chats}, status=400 if form.errors else 200)
 
 
 @login_required

@@ -97,6 +97,27 @@
     pendingNavigation = setTimeout(function () { window.location.assign(link.href); }, 250);
   });
 
+  // Clicking away from an open rename saves a changed title, or cancels when nothing changed.
+  document.addEventListener("focusout", function (event) {
+    var input = event.target.closest && event.target.closest(".rename-form input[name=name]");
+    if (!input || !input.isConnected) return;  // the row was just replaced (Enter saved it)
+    var item = input.closest(".session-item");
+    if (!item.classList.contains("editing") || item.dataset.saving) return;
+    var value = input.value.trim();
+    if (value && value !== (input.dataset.original || "")) input.form.requestSubmit();
+    else if (!(event.relatedTarget && input.form.contains(event.relatedTarget))) {
+      var form = input.form;
+      input.value = input.dataset.original || "";
+      form.hidden = true;
+      item.classList.remove("editing");
+    }
+  });
+
+  document.addEventListener("submit", function (event) {
+    var form = event.target.closest && event.target.closest(".rename-form");
+    if (form) form.closest(".session-item").dataset.saving = "1";
+  }, true);
+
   document.addEventListener("dblclick", function (event) {
     var title = event.target.closest(".session-link");
     if (title) {

@@ -385,8 +385,8 @@ def test_an_exported_chat_imports_through_the_page(page, daphne_server, tmp_path
     page.get_by_role("button", name="Import").click()
     expect(page.locator(".flash")).to_have_text("Imported 1 chat.")
     expect(last_run(page)).to_contain_text("The kettle.")
-    expect(page.locator(".session-link[aria-current=page] .session-title")).to_have_text("Moving house")
-    assert ChatSession.objects.filter(owner=alice, name="Moving house").count() == 2
+    expect(page.locator(".session-link[aria-current=page] .session-title")).to_have_text("Moving house (imported)")
+    assert ChatSession.objects.filter(owner=alice, name__startswith="Moving house").count() == 2
 
 
 def test_delete_and_undo(page, daphne_server):

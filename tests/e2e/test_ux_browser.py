@@ -172,3 +172,22 @@ def test_normal_use_logs_no_console_errors(context, daphne_server, llm_server):
     expect(admin.get_by_role("heading", name=re.compile("administration", re.I))).to_be_visible()
     admin.wait_for_load_state("networkidle")
     assert problems == [] and actor_problems == [] and admin_problems == []
+
+
+def test_clicking_away_from_a_rename_saves_it_or_cancels_it(page, daphne_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Groceries", name_source="user")
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    row = page.locator(f"#session-item-{session.pk}")
+    row.locator(".session-link").dblclick()
+    row.locator("input[name=name]").fill("Weekly shop")
+    page.locator("#composer-text").click()  # away
+    expect(row.locator(".session-title")).to_have_text("Weekly shop")
+    expect(row.locator(".rename-form")).to_be_hidden()
+    row.locator(".session-link").dblclick()
+    expect(row.locator("input[name=name]")).to_be_focused()
+    page.locator("#composer-text").click()  # away, unchanged: cancelled
+    expect(row.locator(".rename-form")).to_be_hidden()
+    session.refresh_from_db()
+    assert session.name == "Weekly shop"
