@@ -60,7 +60,7 @@ def _fence(_renderer, tokens, idx, _options, _env) -> str:
 def _image(renderer, tokens, idx, options, env) -> str:
     """An image as a link to it, named by its alt text: a reply never loads a remote image unasked."""
     token = tokens[idx]
-    alt = renderer.renderInlineAsText(token.children or [], options, env) or "image"
+    alt = renderer.renderInlineAsText(token.children or [], options, env) or "no description"
     return render_to_string("chatapp/_image_link.html", {"src": token.attrGet("src") or "", "alt": alt})
 
 

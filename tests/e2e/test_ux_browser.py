@@ -191,3 +191,35 @@ def test_clicking_away_from_a_rename_saves_it_or_cancels_it(page, daphne_server)
     expect(row.locator(".rename-form")).to_be_hidden()
     session.refresh_from_db()
     assert session.name == "Weekly shop"
+
+
+def test_screenshots_of_the_landing_a_chat_long_state_keys_and_a_phone(browser, daphne_server, screenshots):
+    alice = make_user("alice")
+    state = {"shopping_list": ["milk", "eggs", "a very long item name that goes on and on"],
+             "preferred_delivery_time_window": "weekday evenings between six and nine",
+             "customer_loyalty_programme_membership_number": 12345678901234,
+             "dietary_requirements_of_the_household": {"vegetarian_members": 2, "allergies": ["peanuts", "shellfish"]}}
+    session = make_session(alice, component_id="shopping", name="Weekly groceries", name_source="user",
+                           session_state=state)
+    make_run(session, "what is on my list?", "You have **milk**, **eggs** and one long item.\n\n"
+             "```python\nprint('hello')\n```\n\n![a photo of the list](https://example.com/list.png)")
+    desktop = browser.new_context(viewport={"width": 1280, "height": 800})
+    log_in(desktop, daphne_server.url, alice)
+    page = desktop.new_page()
+    page.goto(f"{daphne_server.url}/new/")
+    page.screenshot(path=str(screenshots / "landing.png"))
+    open_chat(page, daphne_server, session)
+    page.screenshot(path=str(screenshots / "chat.png"))
+    value = page.locator('.state-entry[data-key="preferred_delivery_time_window"] dd')
+    assert value.bounding_box()["width"] > 150  # not a letter per line
+    page.locator("#state-pane").screenshot(path=str(screenshots / "state-panel-long-keys.png"))
+    desktop.close()
+    phone = browser.new_context(viewport={"width": 390, "height": 844})
+    log_in(phone, daphne_server.url, alice)
+    page = phone.new_page()
+    open_chat(page, daphne_server, session)
+    expect(page.locator("#topbar-title")).to_have_text("Weekly groceries")
+    page.screenshot(path=str(screenshots / "chat-phone.png"))
+    page.locator("[data-toggle=state-pane]").click()
+    page.screenshot(path=str(screenshots / "chat-phone-state.png"))
+    phone.close()
