@@ -407,6 +407,12 @@ def test_delete_and_undo(page, daphne_server):
     expect(page.locator(f"#session-item-{doomed.pk}")).to_have_count(1)
     doomed.refresh_from_db()
     assert doomed.deleted_at is None
+    # Deleted again and left alone, the toast goes by itself (data-timeout, 8 s; not while pointed at).
+    row.hover()
+    row.locator(".delete-button").click()
+    expect(toast).to_be_visible()
+    page.mouse.move(0, 0)
+    expect(toast).to_have_count(0, timeout=15_000)
 
 
 def test_markup_in_messages_and_replies_shows_as_text_and_never_runs(page, daphne_server, llm_server):
