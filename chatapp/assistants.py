@@ -175,6 +175,13 @@ def assistant_name(assistant_id: str) -> str:
     return assistant.name if assistant else assistant_id or "Assistant"
 
 
+def assistant_defaults(assistant_id: str) -> dict:
+    """The state an assistant starts with; the engine merges these keys back in on every run."""
+    if assistant_id not in ASSISTANTS:
+        return {}
+    return dict(getattr(get_assistant(assistant_id), "session_state", None) or {})
+
+
 def reset_assistants() -> None:
     """Forget the built agents, so the next use picks up changed model settings (tests)."""
     _built.clear()

@@ -1,7 +1,7 @@
 """The chat websocket: one socket per open session page, at /ws/sessions/<session_id>/.
 
 Connect
-    Anonymous users are closed with 4401. The session is looked up through the same scoped queryset
+    A socket to any other path is closed with 4404 (`NotFoundConsumer`). Anonymous users are closed with 4401. The session is looked up through the same scoped queryset
     as the views (`ChatSession.objects.for_user(user).alive()`); an unknown, deleted or foreign id
     is closed with 4403. The socket joins `session.<pk>` (every tab of this session) and
     `user.<user pk>` (every tab of this user: sidebar rows), then catches up (below).
@@ -73,7 +73,7 @@ from sessions_core.storable import storable
 from . import live, titles
 from .broadcast import session_group, user_group
 from .live import ID_MAX
-from .rendering import render_status
+from .rendering import render_composer_text, render_status
 
 FRAME_TYPES = ("send", "stop", "retry", "regenerate", "edit", "branch", "regenerate_title")
 
@@ -134,6 +134,13 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame
     return Frame(kind)
 
 
+class NotFoundConsumer(AsyncWebsocketConsumer):
+    """A socket to any other path: closed with 4404, as an unknown URL is a 404."""
+
+    async def connect(self):
+        await self.close(code=4404)
+
+
 class SessionConsumer(AsyncWebsocketConsumer):
     session: ChatSession | None = None
     follower: live.Follower | None = None
@@ -175,7 +182,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
         await aclose_old_connections()
         session = await ChatSession.objects.for_user(self.user).alive().filter(pk=self.session.pk).afirst()
         if session is None:
-            await self._send_html(render_status("This chat was deleted.", "error"))
+            # Moved to the trash (from another tab or process): nothing runs, and a message comes back
+            # into the composer rather than being dropped.
+            note = render_status("This chat is in the trash: restore it to continue. Your message was not sent.",
+                                 "error")
+            await self._send_html(note + (render_composer_text(frame.text) if frame.type == "send" else ""))
             return
         if frame.type == "send":
             await live.submit(session, self.user, frame.text)

@@ -25,6 +25,16 @@ class RenameForm(forms.Form):
         return name
 
 
+def json_error_in_words(exc: ValueError) -> str:
+    """A JSON parse error as a user reads it (Python's own messages name parser internals)."""
+    text = str(exc)
+    if "integer string conversion" in text:
+        return "a number in it is too long to read (more than 4,300 digits)"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg.lower()} at line {exc.lineno}, column {exc.colno}"
+    return "it could not be read as text"
+
+
 class StateEditForm(forms.Form):
     state = forms.CharField(widget=forms.Textarea, strip=False, max_length=MAX_STATE_CHARS)
     version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
@@ -33,7 +43,7 @@ class StateEditForm(forms.Form):
         try:
             value = json.loads(self.cleaned_data["state"])
         except ValueError as exc:
-            raise forms.ValidationError(f"That is not valid JSON: {exc}.") from exc
+            raise forms.ValidationError(f"That is not valid JSON: {json_error_in_words(exc)}.") from exc
         if not isinstance(value, dict):
             raise forms.ValidationError("The state must be a JSON object ({…}), not a list or a single value.")
         return value

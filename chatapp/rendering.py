@@ -28,7 +28,7 @@ from sessions_core.models import ChatSession, Message, Role, Run, RunStatus, Sta
 from sessions_core.summary import SessionSummary
 
 from . import state_view
-from .assistants import assistant_name
+from .assistants import assistant_defaults, assistant_name
 from .sidebar import sidebar_page
 
 TRANSCRIPT_RUNS = 50  # runs shown at once; older ones behind "Load earlier"
@@ -39,26 +39,42 @@ TIMELINE_CHANGES = 50  # state changes listed in the panel
 _FORMATTER = HtmlFormatter(nowrap=True)
 
 
-def _highlight(code: str, language: str, _attrs) -> str:
-    """A fenced code block: Pygments spans plus a bar with the language and a copy button."""
+def _fence(_renderer, tokens, idx, _options, _env) -> str:
+    """A fenced code block: Pygments spans plus a bar with the language and a copy button. Rendered whole
+    here (markdown-it would wrap a highlighter's output in a second <pre><code>). The label is the info
+    string's first word when Pygments knows it, or a one-word info string; prose after the fence is no label."""
+    token = tokens[idx]
+    words = token.info.split()
+    language = words[0] if words else ""
     try:
         lexer = get_lexer_by_name(language) if language else None
     except ClassNotFound:
         lexer = None
+    if lexer is None and len(words) != 1:
+        language = ""
     # Pygments escapes the code it wraps in spans; without a lexer the template escapes it.
-    body = mark_safe(highlight(code, lexer, _FORMATTER)) if lexer else code  # noqa: S308
-    return render_to_string("chatapp/_codeblock.html", {"language": language, "body": body})
+    body = mark_safe(highlight(token.content, lexer, _FORMATTER)) if lexer else token.content  # noqa: S308
+    return render_to_string("chatapp/_codeblock.html", {"language": language[:30], "body": body})
+
+
+def _image(renderer, tokens, idx, options, env) -> str:
+    """An image as a link to it, named by its alt text: a reply never loads a remote image unasked."""
+    token = tokens[idx]
+    alt = renderer.renderInlineAsText(token.children or [], options, env) or "no description"
+    return render_to_string("chatapp/_image_link.html", {"src": token.attrGet("src") or "", "alt": alt})
 
 
 # html=False: raw HTML in the text is shown as text, never passed through; nh3 below is the second line.
-_MARKDOWN = MarkdownIt("commonmark", {"html": False, "highlight": _highlight}).enable(["table", "strikethrough"])
+_MARKDOWN = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
+_MARKDOWN.add_render_rule("fence", _fence)
+_MARKDOWN.add_render_rule("image", _image)
 
 _TAGS = {
     "p", "br", "hr", "strong", "em", "s", "del", "code", "pre", "blockquote", "ul", "ol", "li", "a",
     "h1", "h2", "h3", "h4", "h5", "h6", "table", "thead", "tbody", "tr", "th", "td", "span", "div", "button",
 }
 _ATTRIBUTES = {
-    "a": {"href", "title"},
+    "a": {"href", "title", "class"},
     "span": {"class"},
     "div": {"class"},
     "pre": {"class"},
@@ -93,6 +109,30 @@ class ToolCallView:
     @property
     def pending(self) -> bool:
         return self.result is None
+
+    @property
+    def failed(self) -> bool:
+        """The tool raised, or answered with an error (tools report refusals as "Error: ...")."""
+        return self.error or (self.result or "").startswith("Error:")
+
+    @property
+    def summary(self) -> str:
+        """The arguments in one line for the collapsed row: add_item · milk; fetch · id=3, full=true."""
+        try:
+            args = json.loads(self.arguments) if self.arguments else {}
+        except ValueError:
+            return _one_line(self.arguments)
+        if not isinstance(args, dict):
+            return _one_line(json.dumps(args, ensure_ascii=False))
+        if len(args) == 1 and isinstance(next(iter(args.values())), str):
+            return _one_line(next(iter(args.values())))
+        return _one_line(", ".join(f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+                                   for key, value in args.items()))
+
+
+def _one_line(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _pretty_json(text) -> str:
@@ -336,6 +376,11 @@ def render_tokens(run_id: str, text: str) -> str:
     return render_oob(text, f"beforeend:#reply-{run_id}")
 
 
+def render_composer_text(text: str) -> str:
+    """The composer's text box holding `text` again (a message the server could not take), out of band."""
+    return render_to_string("chatapp/_composer_text.html", {"text": text, "oob": "true"})
+
+
 def render_queued(item) -> str:
     """One queued message (a QueuedMessage row, or one held in memory with `queued_id` and `text`)."""
     return render_to_string("chatapp/_queued.html", {"item": item, "note": QUEUED_NOTE})
@@ -376,7 +421,7 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
     """Context of _state_panel.html. `edit_text`/`edit_version` refill the JSON form after a refused edit;
     `pending_changes` are a running reply's changes, listed above the stored ones."""
     changes = list(StateChange.objects.filter(session=session).select_related("run")
-                   .only("version", "patch", "source", "created_at", "run__run_id")
+                   .only("version", "patch", "inverse", "source", "created_at", "run__run_id")
                    .order_by("-version")[:TIMELINE_CHANGES])
     state_json = json.dumps(session.session_state, indent=2, ensure_ascii=False)
     return {
@@ -387,6 +432,7 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
         "form_text": state_json if edit_text is None else edit_text,
         "form_version": session.state_version if edit_version in (None, "") else edit_version,
         "assistant_name": assistant_name(session.component_id),
+        "default_keys": list(assistant_defaults(session.component_id)),
         "summary": SessionSummary.from_dict(session.summary),
         **extra,
     }

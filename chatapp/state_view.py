@@ -70,11 +70,14 @@ def _short(value) -> str:
 _SYMBOLS = {"add": "+", "remove": "−", "replace": "~", "move": "→", "copy": "⧉", "test": "?"}
 
 
-def describe_op(op: dict) -> dict:
+def describe_op(op: dict, undo: dict | None = None) -> dict:
+    """One readable line of a patch; `undo` (the op's inverse) gives a removal the value it removed."""
     kind = op.get("op", "")
     line = {"op": kind, "symbol": _SYMBOLS.get(kind, kind), "path": readable_path(op.get("path", ""))}
     if "value" in op:
         line["value"] = _short(op["value"])
+    elif kind == "remove" and undo and undo.get("path") == op.get("path") and "value" in undo:
+        line["value"] = _short(undo["value"])
     if "from" in op:
         line["source"] = readable_path(op["from"])
     return line
@@ -100,5 +103,11 @@ def describe_change(change) -> dict:
         "source": change.source,
         "run_id": run.run_id if run else None,
         "created_at": change.created_at,
-        "ops": [describe_op(op) for op in change.patch],
+        "ops": [describe_op(op, undo) for op, undo in zip(change.patch, _undo_steps(change), strict=True)],
     }
+
+
+def _undo_steps(change) -> list:
+    """The inverse of each op of the change's patch, in the patch's order (None where they do not pair)."""
+    inverse = list(reversed(change.inverse or []))
+    return inverse if len(inverse) == len(change.patch) else [None] * len(change.patch)

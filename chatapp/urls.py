@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path, register_converter
+from django.views.generic import RedirectView
 
 from . import views
 from .converters import SessionIdConverter
@@ -32,6 +34,8 @@ chat_patterns = [
 ]
 
 urlpatterns = [
+    # Pages without the icon link (the admin's) make the browser ask for /favicon.ico.
+    path("favicon.ico", RedirectView.as_view(url=static("chatapp/favicon.svg"), permanent=True)),
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

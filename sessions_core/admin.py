@@ -40,7 +40,8 @@ class RecordsAccess:
 
 def usage_text(usage: dict) -> str:
     return (f"{usage['runs']:,} run{'' if usage['runs'] == 1 else 's'} · {usage['input_tokens']:,} input / "
-            f"{usage['output_tokens']:,} output tokens")
+            f"{usage['output_tokens']:,} output tokens"
+            + (f" ({usage['unknown_usage']:,} with unknown usage)" if usage.get("unknown_usage") else ""))
 
 
 def pretty_json(value) -> str:

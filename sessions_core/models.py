@@ -193,7 +193,9 @@ class RunQuerySet(models.QuerySet):
         return pks
 
     def usage(self) -> dict:
-        """{"runs", "input_tokens", "output_tokens"} of these runs, summed in the database from their metrics."""
+        """{"runs", "input_tokens", "output_tokens", "unknown_usage"} of these runs, summed in the database from
+        their metrics; `unknown_usage` counts the runs whose tokens were never reported (stopped, failed), which
+        the sums leave out rather than count as 0."""
         return self.aggregate(runs=Count("pk"), **USAGE_SUMS)
 
 
@@ -202,7 +204,8 @@ def _metric(key: str):
     return Cast(KT(f"metrics__{key}"), models.BigIntegerField())
 
 
-USAGE_SUMS = {key: Coalesce(Sum(_metric(key)), 0) for key in ("input_tokens", "output_tokens")}
+USAGE_SUMS = {**{key: Coalesce(Sum(_metric(key)), 0) for key in ("input_tokens", "output_tokens")},
+              "unknown_usage": Count("pk", filter=~Q(metrics__has_key="input_tokens"))}
 
 
 class Run(models.Model):

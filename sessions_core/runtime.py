@@ -476,8 +476,11 @@ class RunLoop:
         response_format = prompt.response_format(config)
         stream_events = config.stream_events
         run_context = self.run_context
+        # Token counts are what the server reported; a call that reported none (a stopped or failed
+        # stream) makes the run's figure unknown: the keys are left out rather than a false 0.
         metrics = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}
         self.output.metrics = metrics
+        token_keys = ("input_tokens", "output_tokens", "total_tokens")
         for _ in range(MAX_MODEL_CALLS):
             self.check_cancelled()
             metrics["model_calls"] += 1
@@ -500,9 +503,12 @@ class RunLoop:
             finally:
                 # Closing the stream closes the HTTP response: a stopped run stops the provider too.
                 await stream.aclose()
-            if final is not None and final.usage:
-                for key in ("input_tokens", "output_tokens", "total_tokens"):
-                    metrics[key] += final.usage.get(key, 0) or 0
+                if final is not None and final.usage and "input_tokens" in metrics:
+                    for key in token_keys:
+                        metrics[key] += final.usage.get(key, 0) or 0
+                else:
+                    for key in token_keys:
+                        metrics.pop(key, None)
             calls = final.tool_calls if final is not None else []
             reply = "".join(reply_parts)
             self.current_reply = []

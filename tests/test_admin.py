@@ -65,20 +65,20 @@ def test_usage_sums_tokens_per_session_and_per_user(admin_client_logged_in):
     for tokens in (100, 250):
         run = make_run(bobs)
         Run.objects.filter(pk=run.pk).update(metrics={"input_tokens": tokens, "output_tokens": tokens // 10})
-    make_run(bobs)  # a run without token figures counts as a run, and as no tokens
+    make_run(bobs)  # a run without token figures (a stopped reply) counts as a run of unknown usage, not as 0
     old = make_run(make_session(carol))
     Run.objects.filter(pk=old.pk).update(metrics={"input_tokens": 7, "output_tokens": 1},
                                          created_at=timezone.now() - timedelta(days=40))
 
     page = admin_client_logged_in.get(reverse("admin:sessions_core_chatsession_change", args=[bobs.pk]))
-    assert b"3 runs \xc2\xb7 350 input / 35 output tokens" in page.content
+    assert b"3 runs \xc2\xb7 350 input / 35 output tokens (1 with unknown usage)" in page.content
     transcript = admin_client_logged_in.get(reverse("admin:sessions_core_chatsession_transcript", args=[bobs.pk]))
     assert b"350 input / 35 output tokens" in transcript.content
 
     usage = reverse("admin:sessions_core_chatsession_usage")
     rows = admin_client_logged_in.get(usage).context["rows"]
-    assert [(row["session__owner__username"], row["runs"], row["input_tokens"], row["output_tokens"])
-            for row in rows] == [("bob", 3, 350, 35)]  # carol's run is older than 30 days
+    assert [(row["session__owner__username"], row["runs"], row["input_tokens"], row["output_tokens"],
+             row["unknown_usage"]) for row in rows] == [("bob", 3, 350, 35, 1)]  # carol's run is older than 30 days
     rows = admin_client_logged_in.get(usage + "?days=60").context["rows"]
     assert [row["session__owner__username"] for row in rows] == ["bob", "carol"]
     assert admin_client_logged_in.get(usage + "?days=soon").context["days"] == 30

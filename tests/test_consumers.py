@@ -11,16 +11,19 @@ from datetime import timedelta
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
 from django.test import Client, TransactionTestCase, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
 from chatapp import live
+from chatapp.asgi import application
 from chatapp.broadcast import session_group, sync_group
 from chatapp.models import QueuedMessage
 from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import (
+    ORIGIN,
     LiveTestMixin,
     frames_until,
     layer_listener,
@@ -57,6 +60,22 @@ class TestConnect(LiveTestMixin, TransactionTestCase):
         socket = await self.socket("no-such-session", self.alice, connect=False)
         connected, code = await socket.connect()
         assert (connected, code) == (False, 4403)
+
+    async def test_a_socket_to_an_unknown_path_is_refused_not_a_server_error(self):
+        for path in ("/ws/nowhere/", "/ws/sessions/", "/not-a-socket"):
+            socket = WebsocketCommunicator(application, path, headers=[ORIGIN])
+            connected, code = await socket.connect()
+            assert (connected, code) == (False, 4404), path
+
+    async def test_a_message_to_a_chat_trashed_meanwhile_comes_back_into_the_composer(self):
+        socket = await self.socket(self.session.session_id, self.alice)
+        await ChatSession.objects.filter(pk=self.session.pk).aupdate(deleted_at=self.session.created_at)
+        await socket.send_to(text_data=json.dumps({"type": "send", "text": "my <long> message"}))
+        frame = await socket.receive_from(timeout=5)
+        assert is_error(frame) and "in the trash" in frame
+        assert '<textarea id="composer-text"' in frame and 'hx-swap-oob="true">my &lt;long&gt; message</textarea>' in frame
+        assert not await Run.objects.aexists()
+        await socket.disconnect()
 
     async def test_it_refuses_a_session_in_the_trash(self):
         await ChatSession.objects.filter(pk=self.session.pk).aupdate(deleted_at=self.session.created_at)
@@ -259,6 +278,24 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         ]
         await socket.disconnect()
 
+    async def test_a_starting_key_the_user_deleted_comes_back_on_the_next_message_as_the_panel_says(self):
+        from chatapp import rendering
+        from chatapp.state_edits import replace_state
+
+        await sync_to_async(replace_state)(self.alice, self.shopping.session_id, {"budget": 20}, 0)
+        session = await ChatSession.objects.aget(pk=self.shopping.pk)
+        panel = await sync_to_async(rendering.render_state_panel)(session)
+        assert ("starts with <code>shopping_list</code>: delete it and it comes back with its starting value "
+                "on your next message") in panel
+        self.llm.add(Text("Noted."))
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        await self.send(socket, "hello")
+        await frames_until(socket, run_done())
+        await settle()
+        session = await ChatSession.objects.aget(pk=self.shopping.pk)
+        assert session.session_state == {"budget": 20, "shopping_list": []}
+        await socket.disconnect()
+
     async def test_stop_cancels_the_run_keeps_the_partial_reply_and_closes_the_model_stream(self):
         hold = threading.Event()  # never set: the reply stops after its first word
         self.llm.add(Text("partial words that never arrive", wait_event=hold))
@@ -272,6 +309,9 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         await settle()
         run = await Run.objects.aget(run_id=run_id)
         assert (run.status, run.content) == (RunStatus.CANCELLED, "partial ")
+        # A stopped stream reports no usage: the figure is unknown, never a false "0 in / 0 out".
+        assert not {"input_tokens", "output_tokens", "total_tokens"} & run.metrics.keys()
+        assert "tokens unknown" in frames[-1] and "0 in" not in frames[-1]
         assert await sync_to_async(self.llm.wait_for_disconnects)(1, 5)  # the provider stream was closed
         await socket.disconnect()
 

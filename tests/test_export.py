@@ -199,14 +199,34 @@ def test_the_import_page_adds_the_chats_and_opens_the_first(alice_chat, client):
     response = client.post(reverse("chat:import"), {"file": upload})
     copy = ChatSession.objects.for_user(alice).exclude(pk=session.pk).get()
     assert response["Location"] == reverse("chat:session", args=[copy.session_id])
-    assert "Imported 1 chat." in client.get(response["Location"]).content.decode()
+    page = client.get(response["Location"]).content.decode()
+    assert "Imported 1 chat." in page
+    # The copy says it is one; the original keeps its title.
+    copy.refresh_from_db()
+    session.refresh_from_db()
+    assert copy.name == f"{session.name} (imported)" and not session.name.endswith("(imported)")
+    assert f"{session.name} (imported)" in page
+
+
+@pytest.mark.parametrize("data, words", [
+    (b'{"hello": "world"}', "This file is not a chat export from this app."),
+    (b'{"format": "somebody.else"}', "This file is not a chat export from this app."),
+    (b'{"n": ' + b"9" * 5000 + b"}", "a number too long to read"),
+    (b"not json", "This file is not JSON"),
+])
+def test_the_import_page_says_what_is_wrong_in_a_users_words(alice_chat, client, data, words):
+    client.force_login(alice_chat[0])
+    html = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", data)}).content.decode()
+    assert words in html
+    for internals in ("discriminator", "set_int_max_str_digits", "expected tags", "Expecting value"):
+        assert internals not in html
 
 
 def test_the_import_page_explains_a_refusal(alice_chat, client, settings):
     alice, _ = alice_chat
     client.force_login(alice)
     response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", b"[1, 2]")})
-    assert response.status_code == 400 and b"Not a chat export this app wrote" in response.content
+    assert response.status_code == 400 and "This file is not a chat export from this app." in response.content.decode()
     assert client.post(reverse("chat:import"), {}).status_code == 400
     settings.CHAT_IMPORT_MAX_BYTES = 10
     response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", b"{" + b" " * 20 + b"}")})

@@ -75,6 +75,29 @@ def test_code_blocks_are_highlighted_with_a_copy_button():
     assert "&lt;b&gt;" in html and "<b>" not in html
 
 
+def test_a_code_block_is_valid_html_with_its_language_label():
+    html = rendering.render_markdown("```python\nx = 1\n```\n\nAfter.")
+    assert html.count("<pre") == 1 and html.count("<code") == 1
+    assert "<pre><code><div" not in html and html.startswith('<div class="codeblock">')
+    assert "<p>After.</p>" in html
+
+
+def test_prose_after_a_fence_is_not_a_language_label():
+    html = rendering.render_markdown("```Here is the code you asked for\nx = 1\n```")
+    assert "code-lang" not in html
+    html = rendering.render_markdown("```python title=app.py\nx = 1\n```")
+    assert '<span class="code-lang">python</span>' in html
+
+
+def test_an_image_is_a_link_named_by_its_alt_text_never_loaded():
+    html = rendering.render_markdown("See ![a red **bicycle**](https://example.com/bike.png), ![](https://e.com/x.png)"
+                                     " and ![x](javascript:alert(1))")
+    assert "<img" not in html
+    assert ('<a class="image-link" href="https://example.com/bike.png" title="Open the image" '
+            'rel="noopener noreferrer nofollow">Image: a red bicycle</a>') in html
+    assert "Image: no description</a>" in html and 'href="javascript' not in html
+
+
 def test_code_in_an_unknown_language_is_escaped_text():
     html = rendering.render_markdown("```nosuchlang\n<script>x</script>\n```")
     assert "&lt;script&gt;x&lt;/script&gt;" in html
@@ -142,6 +165,20 @@ class TestRunFragment(TestCase):
         assert f'<details class="tool-call tool-error" id="tool-{run.run_id}-call_2">' in html
         assert "Error: &lt;x&gt; is not on the list." in html
         assert html.index("call_1") < html.index("call_2") < html.index(f'id="reply-{run.run_id}"')
+
+    def test_a_tool_that_answers_with_an_error_shows_failed_not_done(self):
+        call = rendering.ToolCallView("call_3", "remove_item", '{"item": "tea"}', result="Error: tea is not on the list.")
+        html = rendering.render_tool_call("r1", call)
+        assert 'class="tool-call tool-error"' in html
+        assert '<span class="tool-status">failed</span>' in html and ">done<" not in html
+
+    def test_a_collapsed_tool_call_shows_its_arguments_in_one_line(self):
+        one = rendering.render_tool_call("r1", rendering.ToolCallView("c1", "add_item", '{\n  "item": "milk"\n}'))
+        assert '<code class="tool-name">add_item</code><span class="tool-args"> · milk</span>' in one
+        many = rendering.ToolCallView("c2", "add_task", '{"name": "<b>call</b>", "priority": "high", "n": 2}')
+        assert many.summary == "name=<b>call</b>, priority=high, n=2"
+        assert "· name=&lt;b&gt;call&lt;/b&gt;, priority=high, n=2" in rendering.render_tool_call("r1", many)
+        assert rendering.ToolCallView("c3", "list_items", "{}").summary == ""
 
     def test_a_live_tool_call_renders_with_the_same_template(self):
         html = rendering.render_tool_call("r1", rendering.ToolCallView("call_9", "list_items", "{}"))

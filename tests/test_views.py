@@ -164,6 +164,11 @@ class TestIndexAndNewSession(WebTestCase):
         assert f'<li id="session-item-{session.pk}" hx-swap-oob="delete">' in pushed
         assert f'<div hx-swap-oob="afterend:#group-today"><li id="session-item-{session.pk}"' in pushed
 
+    def test_cancel_on_the_new_chat_page_is_offered_only_when_there_is_a_chat_to_go_back_to(self):
+        assert ">Cancel</a>" in self.client.get(reverse("chat:new")).content.decode()
+        ChatSession.objects.all().delete()
+        assert ">Cancel</a>" not in self.client.get(reverse("chat:new")).content.decode()
+
     def test_an_unknown_assistant_is_refused(self):
         before = ChatSession.objects.count()
         response = self.client.post(reverse("chat:new"), {"assistant": "hacker"})
@@ -176,7 +181,7 @@ class TestChatPage(WebTestCase):
         make_run(self.session, user_text="add milk", reply="Added **milk**.")
         html = self.client.get(reverse("chat:session", args=[self.session.session_id])).content.decode()
         assert f'ws-connect="/ws/sessions/{self.session.session_id}/"' in html
-        assert 'hx-ext="ws"' in html
+        assert 'hx-ext="ws, oob-if-present"' in html
         assert 'id="sidebar"' in html and 'id="state-panel"' in html and 'id="transcript"' in html
         assert 'role="log"' in html and 'aria-busy="false"' in html
         assert 'id="run-status"' in html and 'role="status"' in html
@@ -205,11 +210,32 @@ class TestChatPage(WebTestCase):
         plain = self.client.get(earlier).content.decode()
         assert "<html" in plain and "question 0" in plain
 
-    def test_a_trashed_session_opens_with_a_restore_banner(self):
+    def test_a_trashed_session_is_read_only_with_restore_to_continue(self):
         ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now())
         html = self.client.get(reverse("chat:session", args=[self.session.session_id])).content.decode()
-        assert "This chat is in the trash." in html
+        assert "This chat is in the trash." in html and "Restore to continue" in html
         assert reverse("chat:session_restore_hx", args=[self.session.session_id]) in html
+        # No socket (it would be refused, and retried forever), and a composer that says why it is off.
+        assert "ws-connect" not in html
+        assert re.search(r'<textarea id="composer-text"[^>]* disabled', html)
+        assert re.search(r'<button type="submit" id="send-button"[^>]* disabled', html)
+
+    def test_deleting_the_open_chat_goes_on_to_the_next_with_its_undo(self):
+        other = make_session(owner=self.alice, name="Other chat")
+        page = reverse("chat:session", args=[self.session.session_id])
+        response = self.hx_post(reverse("chat:session_delete_hx", args=[self.session.session_id]),
+                                headers={"HX-Current-URL": f"http://testserver{page}"})
+        assert response["HX-Redirect"] == f"{reverse('chat:index')}?deleted={self.session.session_id}"
+        landing = self.client.get(response["HX-Redirect"])
+        assert landing["Location"] == reverse("chat:session", args=[other.session_id]) + (
+            f"?deleted={self.session.session_id}")
+        html = self.client.get(landing["Location"]).content.decode()
+        assert f'id="toast-{self.session.pk}"' in html and "Moved “Groceries” to the trash." in html
+        assert f'data-draft-from="{self.session.session_id}"' in html  # chat.js carries the unsent text over
+        # Another user's id (or a chat not in the trash) brings nothing.
+        bobs = make_session(owner=self.bob, name="Bob's", deleted_at=timezone.now())
+        html = self.client.get(reverse("chat:session", args=[other.session_id]) + f"?deleted={bobs.session_id}")
+        assert "toast-" not in html.content.decode()
 
     def test_the_page_costs_the_same_queries_however_long_the_history(self):
         def page_queries():
@@ -434,6 +460,7 @@ class TestDeleteUndoTrash(WebTestCase):
         response = self.hx_post(reverse("chat:session_restore_hx", args=[self.session.session_id]),
                                 headers={"HX-Target": f"trash-item-{self.session.pk}"})
         assert 'id="session-list"' not in response.content.decode()
+        assert "toast-" not in response.content.decode()  # the Trash page has no toast: no oob target missing
         assert ChatSession.objects.alive().filter(pk__in=[self.session.pk, live.pk]).count() == 2
 
     def test_plain_delete_and_restore(self):
@@ -506,3 +533,8 @@ class TestRegenerateTitle(WebTestCase):
         session = await ChatSession.objects.aget(pk=self.session.pk)
         assert session.name == "Milk"  # the job ran
         assert session.last_activity_at == before == run.finished_at
+
+
+def test_the_favicon_is_found_from_pages_without_the_icon_link(client):
+    response = client.get("/favicon.ico")  # the admin's login page, for one: not a 404
+    assert (response.status_code, response["Location"]) == (301, "/static/chatapp/favicon.svg")

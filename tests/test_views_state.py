@@ -53,6 +53,21 @@ class TestPanel(StateTestCase):
         for version in (1, 2, 3):
             assert f'hx-get="{self.url("chat:state_version_hx", version)}"' in timeline
 
+    def test_a_removal_in_the_timeline_shows_the_value_it_removed(self):
+        with transaction.atomic():
+            session = ChatSession.objects.select_for_update().get(pk=self.session.pk)
+            session.apply_state_change({"shopping_list": ["milk"]}, "tool:remove_item")
+        timeline = self.hx_get(self.url("chat:state_panel_hx")).content.decode().split('id="state-timeline"')[1]
+        assert '<code>shopping_list[1]</code> (was <code class="diff-value">&quot;eggs&quot;</code>)' in timeline
+
+    def test_a_long_key_keeps_its_value_readable(self):
+        with transaction.atomic():
+            session = ChatSession.objects.select_for_update().get(pk=self.session.pk)
+            session.apply_state_change({"preferred_delivery_time_window": "weekday evenings"}, "manual")
+        html = self.hx_get(self.url("chat:state_panel_hx")).content.decode()
+        assert ('<div class="state-entry" data-key="preferred_delivery_time_window"><dt>preferred_delivery_time_window'
+                '</dt><dd><span class="json-string">weekday evenings</span></dd></div>') in html
+
     def test_a_plain_request_gets_the_whole_page(self):
         html = self.client.get(self.url("chat:state_panel_hx")).content.decode()
         assert "<html" in html and 'id="state-panel"' in html
@@ -113,6 +128,13 @@ class TestEdit(StateTestCase):
     def test_invalid_json_is_refused_and_the_text_kept(self):
         html = self.assert_refused(self.edit('{"shopping_list": [milk]}', 3), 422, "That is not valid JSON")
         assert "{&quot;shopping_list&quot;: [milk]}</textarea>" in html
+
+    def test_a_json_error_is_said_in_a_users_words(self):
+        html = self.assert_refused(self.edit('{"n": ' + "9" * 5000 + "}", 3), 422,
+                                   "That is not valid JSON: a number in it is too long to read (more than 4,300 digits).")
+        assert "set_int_max_str_digits" not in html
+        self.assert_refused(self.edit('{"a": 1,}', 3), 422, "That is not valid JSON: expecting property name enclosed "
+                            "in double quotes at line 1, column 9.")
 
     def test_a_json_value_that_is_not_an_object_is_refused(self):
         self.assert_refused(self.edit('["milk"]', 3), 422, "The state must be a JSON object")

@@ -74,4 +74,15 @@ def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 2
         "running": any(run.status == RunStatus.RUNNING for run in runs),
         "state_panel": rendering.render_state_panel(session, **panel),
         "assistant_name": assistant_name(session.component_id),
+        "read_only": session.deleted_at is not None,
+        "deleted": _just_deleted(request),
     }, status=status)
+
+
+def _just_deleted(request: HttpRequest) -> ChatSession | None:
+    """The chat the user was on when it went to the trash (`?deleted=<id>`, from the index): its Undo toast,
+    and its unsent draft carried into this page's composer (static/chatapp/chat.js)."""
+    session_id = request.GET.get("deleted", "")[:64]
+    if not session_id:
+        return None
+    return ChatSession.objects.for_user(request.user).filter(session_id=session_id, deleted_at__isnull=False).first()

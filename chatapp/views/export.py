@@ -70,6 +70,34 @@ def export_all(request: HttpRequest) -> StreamingHttpResponse:
     return _download(parts, "application/json", f"chats-{slugify(request.user.get_username())}-{now:%Y%m%d}.json")
 
 
+IMPORTED = " (imported)"
+
+
+def _mark_imported(sessions) -> None:
+    """An imported chat says so in its title, so it is never taken for its original (in the sidebar, in
+    search, in the tab's title)."""
+    for session in sessions:
+        base = session.name or "Imported chat"
+        if not base.endswith(IMPORTED):
+            session.name = base[: 200 - len(IMPORTED)] + IMPORTED if session.name else base
+            session.save(update_fields=["name"])
+
+
+NOT_AN_EXPORT = ("This file is not a chat export from this app. Import takes the JSON file that “Export” "
+                 "(or a chat's “Download as JSON”) saved.")
+
+
+def _refusal_in_words(message: str) -> str:
+    """The engine's refusal, where it names a parser's or a validator's internals, in a user's words."""
+    if "discriminator" in message or "expected tags" in message or "valid dictionary" in message:
+        return NOT_AN_EXPORT
+    if "integer string conversion" in message:
+        return "This file holds a number too long to read (more than 4,300 digits): it is not a chat export."
+    if message.startswith("Not a JSON file"):
+        return "This file is not JSON, so it is not a chat export from this app."
+    return message
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def import_chats(request: HttpRequest) -> HttpResponse:
@@ -87,8 +115,9 @@ def import_chats(request: HttpRequest) -> HttpResponse:
             try:
                 sessions = export.import_json(upload.read(), request.user)
             except export.ImportRefused as exc:
-                error = str(exc)
+                error = _refusal_in_words(str(exc))
             else:
+                _mark_imported(sessions)
                 count = len(sessions)
                 messages.success(request, f"Imported {count} chat{'' if count == 1 else 's'}.")
                 return redirect("chat:session", sessions[0].session_id) if count else redirect("chat:index")

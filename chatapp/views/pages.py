@@ -6,6 +6,8 @@ from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods
 
 from sessions_core.branches import SessionBusyError
@@ -23,7 +25,12 @@ from .common import HtmxHttpRequest, owned_session, render_chat_page
 @require_GET
 def index(request: HtmxHttpRequest) -> HttpResponse:
     newest = ChatSession.objects.for_user(request.user).alive().for_sidebar().first()
-    return redirect("chat:session", newest.session_id) if newest else redirect("chat:new")
+    if newest is None:
+        return redirect("chat:new")
+    # After the open chat went to the trash: its Undo toast and unsent draft come along (render_chat_page).
+    deleted = request.GET.get("deleted", "")[:64]
+    return redirect(reverse("chat:session", args=[newest.session_id]) + (f"?{urlencode({'deleted': deleted})}"
+                                                                          if deleted else ""))
 
 
 def _last_used_assistant(user) -> str:
@@ -46,8 +53,10 @@ def new_session(request: HtmxHttpRequest) -> HttpResponse:
             session.apply_state_change(assistant.session_state, "defaults")
         broadcast_to_user(request.user.pk, rendering.render_session_item_to_top(session))
         return redirect("chat:session", session.session_id)
-    return render(request, "chatapp/new_session.html", {"form": form, "assistants": ASSISTANTS.values()},
-                  status=400 if form.errors else 200)
+    # Cancel goes back to a chat; with none yet, the index would only come back here.
+    has_chats = ChatSession.objects.for_user(request.user).alive().exists()
+    return render(request, "chatapp/new_session.html", {"form": form, "assistants": ASSISTANTS.values(),
+                                                        "has_chats": has_chats}, status=400 if form.errors else 200)
 
 
 @login_required

@@ -13,7 +13,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRedirect
 
 from sessions_core.models import ChatSession, NameSource, Run
 
@@ -98,6 +100,9 @@ def session_delete_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse
         session.deleted_at = timezone.now()
         session.save(update_fields=["deleted_at"])
     broadcast_to_user(request.user.pk, rendering.render_delete("li", f"session-item-{session.pk}"))
+    if request.htmx and is_current(request, session):
+        # The open chat: go on to the next one, which shows the Undo toast and keeps the unsent draft.
+        return HttpResponseClientRedirect(f"{reverse('chat:index')}?{urlencode({'deleted': session.session_id})}")
     if request.htmx:
         return HttpResponse(render_to_string("chatapp/_undo_toast.html", {"s": session}, request=request))
     messages.success(request, f"Moved “{session.name or 'New chat'}” to the trash.")
@@ -114,10 +119,9 @@ def session_restore_hx(request: HtmxHttpRequest, session_id: str) -> HttpRespons
     broadcast_to_user(request.user.pk, rendering.render_session_list(request.user, oob="outerHTML"))
     if not request.htmx:
         return _back(request, session)
-    toast_gone = rendering.render_delete("div", f"toast-{session.pk}")
-    if request.htmx.target == "session-list":  # the Undo toast: the refreshed list
-        return HttpResponse(_list_html(request) + toast_gone)
-    return HttpResponse(toast_gone)  # a trash row: removed
+    if request.htmx.target == "session-list":  # the Undo toast: the refreshed list, and the toast gone
+        return HttpResponse(_list_html(request) + rendering.render_delete("div", f"toast-{session.pk}"))
+    return HttpResponse("")  # a trash row: removed (the Trash page has no toast to remove)
 
 
 @login_required

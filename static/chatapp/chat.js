@@ -3,6 +3,25 @@
 (function () {
   "use strict";
 
+  // Sidebar rows and queued messages are pushed to every tab, and a tab may not show the one a
+  // fragment replaces or removes (a row beyond the loaded pages, a new chat's first push): drop those
+  // swaps here rather than have htmx report a missing target (htmx:oobErrorNoTarget) for each.
+  var OPTIONAL_TARGET = /^(session-item|queued)-/;
+  htmx.defineExtension("oob-if-present", {
+    transformResponse: function (text) {
+      if (text.indexOf('id="session-item-') < 0 && text.indexOf('id="queued-') < 0) return text;
+      var holder = document.createElement("template");
+      holder.innerHTML = text;
+      leaveIfRemoved(holder);
+      Array.from(holder.content.children).forEach(function (part) {
+        var swap = part.getAttribute("hx-swap-oob");
+        if (OPTIONAL_TARGET.test(part.id) && /^(true|delete|outerHTML)$/.test(swap || "true") &&
+            !document.getElementById(part.id)) part.remove();
+      });
+      return holder.innerHTML;
+    },
+  });
+
   function currentSession() {
     var app = document.getElementById("app");
     return app ? app.dataset.currentSession : null;
@@ -78,6 +97,27 @@
     pendingNavigation = setTimeout(function () { window.location.assign(link.href); }, 250);
   });
 
+  // Clicking away from an open rename saves a changed title, or cancels when nothing changed.
+  document.addEventListener("focusout", function (event) {
+    var input = event.target.closest && event.target.closest(".rename-form input[name=name]");
+    if (!input || !input.isConnected) return;  // the row was just replaced (Enter saved it)
+    var item = input.closest(".session-item");
+    if (!item.classList.contains("editing") || item.dataset.saving) return;
+    var value = input.value.trim();
+    if (value && value !== (input.dataset.original || "")) input.form.requestSubmit();
+    else if (!(event.relatedTarget && input.form.contains(event.relatedTarget))) {
+      var form = input.form;
+      input.value = input.dataset.original || "";
+      form.hidden = true;
+      item.classList.remove("editing");
+    }
+  });
+
+  document.addEventListener("submit", function (event) {
+    var form = event.target.closest && event.target.closest(".rename-form");
+    if (form) form.closest(".session-item").dataset.saving = "1";
+  }, true);
+
   document.addEventListener("dblclick", function (event) {
     var title = event.target.closest(".session-link");
     if (title) {
@@ -107,23 +147,45 @@
   });
 
   // --- toasts ----------------------------------------------------------------------------------
-  function armToasts(root) {
-    (root || document).querySelectorAll(".toast[data-timeout]:not([data-armed])").forEach(function (toast) {
+  // Armed whenever toasts may have arrived: after settles, after out-of-band swaps and on load. A toast
+  // the pointer or the keyboard is on waits until it is left, so Undo is never pulled away mid-reach.
+  function armToasts() {
+    document.querySelectorAll(".toast[data-timeout]:not([data-armed])").forEach(function (toast) {
       toast.dataset.armed = "1";
-      setTimeout(function () { toast.remove(); }, parseInt(toast.dataset.timeout, 10));
+      var wait = parseInt(toast.dataset.timeout, 10);
+      var timer = setTimeout(function dismiss() {
+        if (toast.matches(":hover, :focus-within")) { timer = setTimeout(dismiss, 1000); return; }
+        toast.remove();
+      }, wait);
     });
+  }
+  // A toast can come in a response whose own target leaves the page (the deleted row): htmx's settle
+  // events then fire on a detached element and never reach the document, so watch the container.
+  function watchToasts() {
+    var box = document.getElementById("toasts");
+    if (box) new MutationObserver(armToasts).observe(box, {childList: true});
   }
 
   // --- a state edit in progress survives live panel updates --------------------------------------
   // The kept text is saved against the version it was based on, so the server refuses it as stale
   // (with a message) rather than silently overwriting what changed meanwhile. A panel sent while a
   // reply changes the state has no editor: the text waits for the next panel that has one.
-  var pendingEdit = null;
+  // The user's own save is not an edit in progress: its panel comes back over the socket before the
+  // HTTP response, and keeping the text then would keep the old version, refusing the next save as stale.
+  var pendingEdit = null, savingText = null;
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (event.target.closest && event.target.closest("#state-edit")) {
+      var textarea = document.getElementById("state-json");
+      savingText = textarea ? textarea.value : null;
+    }
+  });
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
     if (!event.detail.target || event.detail.target.id !== "state-panel") return;
     var details = document.getElementById("state-edit");
     var textarea = document.getElementById("state-json");
-    if (details && details.open && textarea && textarea.value !== textarea.defaultValue) {
+    var saving = savingText !== null && textarea && textarea.value === savingText;
+    savingText = null;
+    if (details && details.open && textarea && textarea.value !== textarea.defaultValue && !saving) {
       pendingEdit = {text: textarea.value, version: details.querySelector("input[name=version]").value};
     }
   });
@@ -140,14 +202,101 @@
     }
   });
 
+  // --- the tab's title and the header follow the chat's title (a rename, a generated title) --------
+  var SITE = " · Sessions chat";
+  function syncTitle() {
+    var id = currentSession();
+    if (!id) return;
+    var row = document.querySelector('.session-item[data-session-id="' + id + '"] .session-title');
+    if (!row) return;
+    var title = row.textContent.trim();
+    if (document.title !== title + SITE) document.title = title + SITE;
+    ["chat-title", "topbar-title"].forEach(function (headerId) {
+      var header = document.getElementById(headerId);
+      if (header && header.textContent !== title) header.textContent = title;
+    });
+  }
+
+  // --- drafts: what is typed in the composer survives a reload and the chat going to the trash ------
+  function draftKey(id) { return "chat-draft:" + id; }
+  function saveDraft() {
+    var box = document.getElementById("composer-text"), id = currentSession();
+    if (!box || !id) return;
+    try {
+      if (box.value) sessionStorage.setItem(draftKey(id), box.value);
+      else sessionStorage.removeItem(draftKey(id));
+    } catch (e) { /* storage off: nothing to keep */ }
+  }
+  document.addEventListener("input", function (event) {
+    if (event.target.id === "composer-text") saveDraft();
+  });
+  document.addEventListener("htmx:wsAfterSend", function (event) {
+    if (event.target.id === "composer") {
+      try { sessionStorage.removeItem(draftKey(currentSession())); } catch (e) { /* nothing kept */ }
+    }
+  });
+  function restoreDraft() {
+    var app = document.getElementById("app"), box = document.getElementById("composer-text");
+    if (!app || !box || box.disabled) return;
+    try {
+      var from = app.dataset.draftFrom;  // the chat this tab was on went to the trash: its draft moves here
+      var text = sessionStorage.getItem(draftKey(currentSession())) || "";
+      if (from) {
+        var carried = sessionStorage.getItem(draftKey(from));
+        if (carried) text = text ? text + "\n" + carried : carried;
+        sessionStorage.removeItem(draftKey(from));
+      }
+      if (text && !box.value) box.value = text;
+      saveDraft();
+    } catch (e) { /* storage off */ }
+    if (from && window.history.replaceState) {  // ?deleted= did its job; a reload should not repeat the toast
+      var url = new URL(window.location.href);
+      url.searchParams.delete("deleted");
+      window.history.replaceState(null, "", url.toString());
+    }
+  }
+
+  // The open chat's row removed (it went to the trash, here or in another tab) and not put back (a row
+  // moved to the top is removed and inserted in one message): go on to the next chat, taking the unsent
+  // text along, with the Undo toast there.
+  function leaveIfRemoved(holder) {
+    var id = currentSession();
+    var row = id && document.querySelector('.session-item[data-session-id="' + id + '"]');
+    if (!row) return;
+    var parts = holder.content.querySelectorAll('[id="' + row.id + '"]');
+    if (parts.length === 1 && parts[0].getAttribute("hx-swap-oob") === "delete") {
+      saveDraft();
+      window.location.assign("/?deleted=" + encodeURIComponent(id));
+    }
+  }
+
+  // "Load earlier messages" keeps the reader's place: the run at the top stays where it was.
+  var keepPlace = null;
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target, log = document.getElementById("transcript");
+    if (!log || !target || !target.classList.contains("load-earlier") || revealing) return;
+    var anchor = target.nextElementSibling;
+    if (anchor) keepPlace = {anchor: anchor, offset: anchor.getBoundingClientRect().top};
+  });
+  function restorePlace() {
+    if (!keepPlace || !keepPlace.anchor.isConnected) return;
+    var log = document.getElementById("transcript");
+    log.scrollTop += keepPlace.anchor.getBoundingClientRect().top - keepPlace.offset;
+    keepPlace = null;
+  }
+
   document.addEventListener("htmx:afterSettle", function () {
     markCurrent();
     armToasts();
+    syncTitle();
+    restorePlace();
   });
   document.addEventListener("htmx:oobAfterSwap", function () {
     markCurrent();
     armToasts();
+    syncTitle();
   });
+  document.addEventListener("htmx:afterSwap", restorePlace);
   // A link to one run (a search hit: /s/<id>/#run-<run_id>) scrolls to it, loading earlier pages of
   // the transcript until it is there (at most 100 pages).
   var runPagesLoaded = 0, revealing = false;
@@ -176,7 +325,10 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     markCurrent();
+    watchToasts();
     armToasts();
+    syncTitle();
+    restoreDraft();
     var transcript = document.getElementById("transcript");
     if (revealLinkedRun()) return;
     if (transcript) transcript.scrollTop = transcript.scrollHeight;  // open at the newest message

@@ -385,8 +385,8 @@ def test_an_exported_chat_imports_through_the_page(page, daphne_server, tmp_path
     page.get_by_role("button", name="Import").click()
     expect(page.locator(".flash")).to_have_text("Imported 1 chat.")
     expect(last_run(page)).to_contain_text("The kettle.")
-    expect(page.locator(".session-link[aria-current=page] .session-title")).to_have_text("Moving house")
-    assert ChatSession.objects.filter(owner=alice, name="Moving house").count() == 2
+    expect(page.locator(".session-link[aria-current=page] .session-title")).to_have_text("Moving house (imported)")
+    assert ChatSession.objects.filter(owner=alice, name__startswith="Moving house").count() == 2
 
 
 def test_delete_and_undo(page, daphne_server):
@@ -407,6 +407,12 @@ def test_delete_and_undo(page, daphne_server):
     expect(page.locator(f"#session-item-{doomed.pk}")).to_have_count(1)
     doomed.refresh_from_db()
     assert doomed.deleted_at is None
+    # Deleted again and left alone, the toast goes by itself (data-timeout, 8 s; not while pointed at).
+    row.hover()
+    row.locator(".delete-button").click()
+    expect(toast).to_be_visible()
+    page.mouse.move(0, 0)
+    expect(toast).to_have_count(0, timeout=15_000)
 
 
 def test_markup_in_messages_and_replies_shows_as_text_and_never_runs(page, daphne_server, llm_server):
