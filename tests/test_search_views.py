@@ -43,7 +43,7 @@ class TestSearchHx(TestCase):
         assert "<html" not in html and 'id="session-filter-results"' in html
         assert html.index("<h3>Chats</h3>") < html.index("<h3>Messages</h3>")
         assert f'href="/s/{session.session_id}/"' in html
-        assert f'href="/s/{session.session_id}/#run-{run.run_id}"' in html
+        assert f'href="/s/{session.session_id}/?run={run.run_id}#run-{run.run_id}"' in html  # opens its branch
         assert "How much saffron for <mark>paella</mark>?" in html
         assert "<mark>Paella</mark> night" in html
         assert "Unrelated" not in html
