@@ -107,10 +107,12 @@ class ForkViewTests(LiveTestMixin, TransactionTestCase):
         client.force_login(bob)
         assert client.post(reverse("chat:fork"), {"run_id": milk.run_id}).status_code == 404
         client.force_login(alice)
-        response = client.post(reverse("chat:fork"), {"run_id": milk.run_id})
-        assert response.status_code == 302
+        response = client.post(reverse("chat:fork"), {"run_id": milk.run_id}, HTTP_HX_REQUEST="true")
+        assert response.status_code == 200
         copy = ChatSession.objects.exclude(pk=session.pk).get(owner=alice)
-        assert response["Location"] == reverse("chat:session", args=[copy.session_id])
+        assert response["HX-Redirect"] == reverse("chat:session", args=[copy.session_id])
+        plain = client.post(reverse("chat:fork"), {"run_id": milk.run_id})  # without JavaScript: a redirect
+        assert plain.status_code == 302 and ChatSession.objects.filter(owner=alice).count() == 3
         assert copy.session_state == {"shopping_list": ["milk"]}
         assert list(copy.runs.values_list("input", flat=True)) == ["add milk"]
 

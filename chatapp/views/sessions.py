@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.http import HttpResponseClientRedirect
 
 from sessions_core.models import ChatSession, NameSource, Run
 
@@ -51,6 +52,8 @@ def fork(request: HtmxHttpRequest) -> HttpResponse:
                                                                   user_id=request.user)
     copy = ChatSession.objects.for_user(request.user).get(session_id=new_id)
     broadcast_to_user(request.user.pk, rendering.render_session_item_to_top(copy))
+    if request.htmx:
+        return HttpResponseClientRedirect(reverse("chat:session", args=[new_id]))
     return redirect("chat:session", new_id)
 
 

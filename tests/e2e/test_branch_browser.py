@@ -78,3 +78,12 @@ def test_regenerate_switch_back_edit_and_rerun_with_the_state_following(page, co
     expect(page.locator(".session-area[data-live='open']")).to_have_count(1)
     expect(page.locator("#transcript .run").last.locator(".branch-number")).to_have_text("2/3")
     expect(page.locator("#transcript .run").last.locator(".message-text")).to_have_text("add eggs")
+
+    # Fork from the first reply: a new chat with that exchange and the state as of it.
+    page.locator("#transcript .run").first.locator(".fork").click()
+    expect(page).not_to_have_url(f"{daphne_server.url}/s/{session.session_id}/")
+    expect(page.locator(".session-area[data-live='open']")).to_have_count(1)
+    expect(page.locator("#transcript .run")).to_have_count(1)
+    expect(page.locator("#transcript .run .message-text")).to_have_text("add milk")
+    expect(page.locator("#state-panel .state-tree")).to_contain_text("milk")
+    expect(page.locator("#state-panel .state-tree")).not_to_contain_text("eggs")

@@ -40,7 +40,7 @@ def test_search_finds_titles_then_messages_and_opens_the_matching_run(page, daph
     assert [h.lower() for h in headings] == ["chats", "messages"]
 
     hit.first.locator("a").click()
-    expect(page).to_have_url(re.compile(rf"/s/{trip.session_id}/#run-{run.run_id}$"))
+    expect(page).to_have_url(re.compile(rf"/s/{trip.session_id}/\?run={run.run_id}#run-{run.run_id}$"))
     expect(page.locator(f"#run-{run.run_id}")).to_be_visible()
 
 

@@ -36,7 +36,8 @@ def send(page, text: str):
 def transcript_html(page) -> str:
     """The transcript's runs as markup, without what differs between a live page and a fresh one."""
     html = page.locator("#transcript").inner_html()
-    html = re.sub(r'\s(open|aria-busy)(="[^"]*")?', "", html)
+    html = re.sub(r'\s(open|aria-busy|style)(="[^"]*")?', "", html)
+    html = re.sub(r'name="csrfmiddlewaretoken" value="[^"]*"', 'name="csrfmiddlewaretoken"', html)  # masked anew
     return re.sub(r"\s+", " ", html)
 
 
