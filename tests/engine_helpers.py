@@ -146,3 +146,23 @@ class Gate:
 
     def __exit__(self, *exc):
         self.event.set()
+
+
+def refused_calls(component, session_id: str, user_id: str) -> list:
+    """Every run entry point and accessor of `component` on `session_id`, as `user_id` (each should be
+    refused with SessionOwnershipError when the session is someone else's)."""
+    asked = {"session_id": session_id, "user_id": user_id}
+    return [
+        lambda: component.run("x", **asked),
+        lambda: component.get_session_state(**asked),
+        lambda: component.update_session_state({"a": 1}, **asked),
+        lambda: component.get_chat_history(**asked),
+        lambda: component.get_session(**asked),
+        lambda: component.get_last_run_output(**asked),
+        lambda: component.get_session_name(**asked),
+        lambda: component.set_session_name(session_name="mine", **asked),
+        lambda: component.set_session_name(autogenerate=True, **asked),
+        lambda: component.regenerate(**asked),
+        lambda: component.fork_session(**asked),
+        lambda: component.delete_session(**asked),
+    ]

@@ -6,7 +6,7 @@ from django.test import TestCase
 
 from sessions_core import RunContext, SessionOwnershipError, Team, TeamRunOutput, Workflow
 from sessions_core.models import ChatSession, Run, StateChange
-from tests.engine_helpers import EngineTestMixin, counts, kinds, make_users
+from tests.engine_helpers import EngineTestMixin, counts, kinds, make_users, refused_calls
 from tests.llm_server import Text, ToolCalls
 
 
@@ -147,17 +147,7 @@ class TestTeamAccessors(TeamTestCase):
         team = self.team()
         team.run("hi", session_id="t", user_id="alice")
         before = counts()
-        for call in (
-            lambda: team.run("x", session_id="t", user_id="mallory"),
-            lambda: team.get_session_state(session_id="t", user_id="mallory"),
-            lambda: team.update_session_state({"a": 1}, session_id="t", user_id="mallory"),
-            lambda: team.get_chat_history(session_id="t", user_id="mallory"),
-            lambda: team.get_session(session_id="t", user_id="mallory"),
-            lambda: team.get_last_run_output(session_id="t", user_id="mallory"),
-            lambda: team.get_session_name(session_id="t", user_id="mallory"),
-            lambda: team.set_session_name(session_id="t", session_name="mine", user_id="mallory"),
-            lambda: team.delete_session(session_id="t", user_id="mallory"),
-        ):
+        for call in refused_calls(team, "t", "mallory"):
             with self.subTest(call=call), pytest.raises(SessionOwnershipError):
                 call()
         assert counts() == before

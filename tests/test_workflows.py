@@ -27,7 +27,7 @@ from sessions_core import (
     WorkflowRunOutput,
 )
 from sessions_core.models import ChatSession, Message, Run, StateChange
-from tests.engine_helpers import EngineTestMixin, Gate, bulk_runs, counts, kinds, make_users
+from tests.engine_helpers import EngineTestMixin, Gate, bulk_runs, counts, kinds, make_users, refused_calls
 from tests.llm_server import Text, ToolCalls
 from tests.test_memory_db import MemoryDbTestMixin
 
@@ -416,18 +416,7 @@ class TestNamingAndAccessors(WorkflowTestCase):
         workflow = self.workflow([count_up])
         workflow.run("go", session_id="w", user_id="alice")
         before = counts()
-        for call in (
-            lambda: workflow.run("x", session_id="w", user_id="mallory"),
-            lambda: workflow.get_session_state(session_id="w", user_id="mallory"),
-            lambda: workflow.update_session_state({"a": 1}, session_id="w", user_id="mallory"),
-            lambda: workflow.get_chat_history(session_id="w", user_id="mallory"),
-            lambda: workflow.get_session(session_id="w", user_id="mallory"),
-            lambda: workflow.get_last_run_output(session_id="w", user_id="mallory"),
-            lambda: workflow.get_session_name(session_id="w", user_id="mallory"),
-            lambda: workflow.set_session_name(session_id="w", session_name="mine", user_id="mallory"),
-            lambda: workflow.set_session_name(session_id="w", autogenerate=True, user_id="mallory"),
-            lambda: workflow.delete_session(session_id="w", user_id="mallory"),
-        ):
+        for call in refused_calls(workflow, "w", "mallory"):
             with self.subTest(call=call), pytest.raises(SessionOwnershipError):
                 call()
         assert counts() == before
