@@ -410,14 +410,17 @@ class RunLoop:
 
     def _start_child_sync(self) -> None:
         config, root, now = self.config, self.root, timezone.now()
-        with RunStore(self.alias) as store, store.atomic():
+        # A function step writes its run row alone: one statement, atomic by itself.
+        with RunStore(self.alias) as store, store.atomic(one_statement=config.kind == "function"):
             history = []
             if config.add_history_to_context:
                 history = history_module.step_history(store, root.start.session_pk, config.component_id,
                                                       config.num_history_runs, config.num_history_messages)
-            system = prompt.system_message(config, dict(self.tracker.working), self.user_id, None)
-            first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
-            first.append(ChatMessage(role=Role.USER, content=self.input))
+            first = []
+            if config.kind != "function":  # a function step's input is its run's `input`; it has no messages
+                system = prompt.system_message(config, dict(self.tracker.working), self.user_id, None)
+                first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
+                first.append(ChatMessage(role=Role.USER, content=self.input))
             self.run_pk = store.insert_run(
                 run_id=self.run_id, session_pk=root.start.session_pk, component_id=config.component_id,
                 input=self.input, model_id=self.model.id if self.model else "", now=now, kind=config.kind,
@@ -425,7 +428,7 @@ class RunLoop:
                 history_seqs=[m.seq for m in history] if config.store_history_messages else None)
             rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, first, root.last_seq, now)
             store.insert_messages(rows)
-        self.output.messages = first[:-1] + history + first[-1:]
+        self.output.messages = first[:-1] + history + first[-1:] if first else history
         self.created_at = now.timestamp()
         self.output.created_at = int(self.created_at)
 
@@ -444,7 +447,7 @@ class RunLoop:
 
     def _finish_child_sync(self, status: str, error: str, messages: list[ChatMessage]) -> None:
         root, now = self.root, timezone.now()
-        with RunStore(self.alias) as store, store.atomic():
+        with RunStore(self.alias) as store, store.atomic(one_statement=not messages):
             rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, messages, root.last_seq, now)
             store.insert_messages(rows)
             store.finish_run(self.run_pk, state_version=None, now=now, **self._outcome(status, error))
