@@ -69,7 +69,8 @@ def latest_leaf(run: Run, alias: str) -> Run:
     newest = f"(SELECT MAX(f.id) FROM {table} f WHERE f.follows_id = down.id AND f.parent_run_id IS NULL)"
     with connections[alias].cursor() as cursor:
         cursor.execute(
-            f"WITH RECURSIVE down(id) AS (SELECT %s UNION ALL SELECT {newest} FROM down WHERE {newest} IS NOT NULL)"
+            f"WITH RECURSIVE down(id) AS (SELECT id FROM {table} WHERE id = %s"
+            f" UNION ALL SELECT {newest} FROM down WHERE {newest} IS NOT NULL)"
             f" SELECT MAX(id) FROM down", [run.pk])
         leaf_pk = cursor.fetchone()[0]
     return run if leaf_pk == run.pk else Run.objects.using(alias).get(pk=leaf_pk)
