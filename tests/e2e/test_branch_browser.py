@@ -79,6 +79,19 @@ def test_regenerate_switch_back_edit_and_rerun_with_the_state_following(page, co
     expect(page.locator("#transcript .run").last.locator(".branch-number")).to_have_text("2/3")
     expect(page.locator("#transcript .run").last.locator(".message-text")).to_have_text("add eggs")
 
+    # The keyboard: Up in an empty composer edits the last message (Esc cancels), Alt+R regenerates.
+    page.locator("#composer-text").focus()
+    page.keyboard.press("ArrowUp")
+    editing = page.locator("#transcript .run").last.locator(".edit-form")
+    expect(editing).to_be_visible()
+    expect(editing.locator("textarea")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(editing).to_be_hidden()
+    page.locator("#composer-text").focus()
+    page.keyboard.press("Alt+r")
+    expect(page.locator("#transcript .run").last.locator(".branch-number")).to_have_text("4/4")
+    expect(page.locator("#transcript .run").last).to_have_attribute("data-status", "completed")
+
     # Fork from the first reply: a new chat with that exchange and the state as of it.
     page.locator("#transcript .run").first.locator(".fork").click()
     expect(page).not_to_have_url(f"{daphne_server.url}/s/{session.session_id}/")
