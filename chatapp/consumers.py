@@ -17,8 +17,9 @@ ignored like any other extra key):
     {"type": "regenerate_title"}                    ask the model for a new title
 
     `text` is 1 to settings.CHAT_MAX_MESSAGE_CHARS characters after trimming; ids are 1 to 64
-    characters. Anything else (invalid JSON, not an object, binary, an unknown type, a missing or
-    empty field, text over the limit) is answered with an error in #run-status on this socket
+    characters; a frame is at most CHAT_MAX_JSON_BYTES and nests at most CHAT_MAX_JSON_DEPTH deep
+    (sessions_core.limits, checked before it is parsed). Anything else (invalid JSON, not an object,
+    binary, an unknown type, a missing or empty field, text over a limit) is answered with an error in #run-status on this socket
     only; nothing is written and the socket stays open.
 
 Outbound frames are HTML for htmx out-of-band swaps, each top-level element carrying
@@ -64,6 +65,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
+from sessions_core import limits
 from sessions_core.models import ChatSession
 from sessions_core.storable import storable
 
@@ -102,9 +104,13 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame
     """Validate one inbound frame; raises FrameError with a message for the user."""
     if text_data is None:
         raise FrameError("Binary frames are not accepted.")
+    try:  # size and depth before the parser (which recurses) sees it
+        limits.check_text(text_data, "The message")
+    except limits.LimitExceeded as exc:
+        raise FrameError(str(exc)) from None
     try:
         data = json.loads(text_data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: with CHAT_MAX_JSON_DEPTH off
         raise FrameError("The message could not be read (not JSON).") from None
     if not isinstance(data, dict):
         raise FrameError("The message could not be read (not a JSON object).")

@@ -213,3 +213,14 @@ CHAT_STOP_GRACE_SECONDS = _number("CHAT_STOP_GRACE_SECONDS", 0.25)
 CHAT_LEASE_GRACE_SECONDS = 1.0
 # The largest chat export (JSON) a user may import, in bytes.
 CHAT_IMPORT_MAX_BYTES = _number("CHAT_IMPORT_MAX_BYTES", 20_000_000, int, minimum=1)
+
+# Limits on every JSON that enters (sessions_core/limits.py, which has the same defaults); 0 turns one off.
+# Deepest nesting of arrays and objects: socket frames, state edits, imports, tool arguments and
+# results, the state passed to a run, every state stored.
+CHAT_MAX_JSON_DEPTH = _number("CHAT_MAX_JSON_DEPTH", 64, int)
+# Largest JSON text in bytes (an import has CHAT_IMPORT_MAX_BYTES instead).
+CHAT_MAX_JSON_BYTES = _number("CHAT_MAX_JSON_BYTES", 1_000_000, int)
+# Largest session state as stored (JSON text, in bytes), whatever changes it: tools, edits, imports.
+CHAT_MAX_STATE_BYTES = _number("CHAT_MAX_STATE_BYTES", 1_000_000, int)
+# How long one tool call may take before the model is told it timed out (seconds).
+CHAT_TOOL_TIMEOUT_SECONDS = _number("CHAT_TOOL_TIMEOUT_SECONDS", 60.0)

@@ -92,4 +92,6 @@ def import_chats(request: HttpRequest) -> HttpResponse:
                 count = len(sessions)
                 messages.success(request, f"Imported {count} chat{'' if count == 1 else 's'}.")
                 return redirect("chat:session", sessions[0].session_id) if count else redirect("chat:index")
-    return render(request, "chatapp/import.html", {"error": error}, status=400 if error else 200)
+    # A missing file is a bad request; a file refused for what it holds (or its size) is a 422.
+    status = (422 if request.FILES.get("file") else 400) if error else 200
+    return render(request, "chatapp/import.html", {"error": error}, status=status)
