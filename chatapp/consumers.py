@@ -19,8 +19,9 @@ ignored like any other extra key):
     `text` is 1 to settings.CHAT_MAX_MESSAGE_CHARS characters after trimming; ids are 1 to 64
     characters; a frame is at most CHAT_MAX_JSON_BYTES and nests at most CHAT_MAX_JSON_DEPTH deep
     (sessions_core.limits, checked before it is parsed). Anything else (invalid JSON, not an object,
-    binary, an unknown type, a missing or empty field, text over a limit) is answered with an error in #run-status on this socket
-    only; nothing is written and the socket stays open.
+    binary, an unknown type, a missing or empty field, text over a limit) is answered with an error in
+    #run-status on this socket only; nothing is written and the socket stays open. So is a send or a
+    retry over the user's rate limits (CHAT_MESSAGES_PER_MINUTE, CHAT_RUNS_IN_FLIGHT; chatapp/ratelimits.py).
 
 Outbound frames are HTML for htmx out-of-band swaps, each top-level element carrying
 `hx-swap-oob` or an id:
@@ -69,7 +70,7 @@ from sessions_core import limits
 from sessions_core.models import ChatSession
 from sessions_core.storable import storable
 
-from . import live, titles
+from . import live, ratelimits, titles
 from .broadcast import session_group, user_group
 from .live import ID_MAX
 from .rendering import render_status
@@ -175,6 +176,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         session = await ChatSession.objects.for_user(self.user).alive().filter(pk=self.session.pk).afirst()
         if session is None:
             await self._send_html(render_status("This chat was deleted.", "error"))
+            return
+        if frame.type in ("send", "retry") and (refused := await ratelimits.refuse_message(self.user)):
+            await self._send_html(render_status(refused, "error"))  # nothing queued, nothing written
             return
         if frame.type == "send":
             await live.submit(session, self.user, frame.text)

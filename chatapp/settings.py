@@ -157,8 +157,12 @@ if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         _refuse("REDIS_URL", REDIS_URL, "expected a URL starting with redis://, rediss:// or unix://")
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    # The rate limits' counters (chatapp/ratelimits.py) too, so a limit holds across server processes.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "KEY_PREFIX": "chatapp"}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # The model. With no OpenAI settings the built-in offline demo model answers.
 OPENAI_API_KEY = _env(env.str, "OPENAI_API_KEY", "")
@@ -222,5 +226,13 @@ CHAT_MAX_JSON_DEPTH = _number("CHAT_MAX_JSON_DEPTH", 64, int)
 CHAT_MAX_JSON_BYTES = _number("CHAT_MAX_JSON_BYTES", 1_000_000, int)
 # Largest session state as stored (JSON text, in bytes), whatever changes it: tools, edits, imports.
 CHAT_MAX_STATE_BYTES = _number("CHAT_MAX_STATE_BYTES", 1_000_000, int)
+# Rate limits per user (chatapp/ratelimits.py); 0 turns one off. They stop a burst, not a person chatting.
+CHAT_MESSAGES_PER_MINUTE = _number("CHAT_MESSAGES_PER_MINUTE", 20, int)  # sends and retries on the socket
+CHAT_RUNS_IN_FLIGHT = _number("CHAT_RUNS_IN_FLIGHT", 5, int)  # replies running or queued at once
+CHAT_NEW_CHATS_PER_MINUTE = _number("CHAT_NEW_CHATS_PER_MINUTE", 10, int)
+CHAT_IMPORTS_PER_HOUR = _number("CHAT_IMPORTS_PER_HOUR", 20, int)
+# Sign-in attempts (every POST to the login form, per username and per client address).
+CHAT_LOGINS_PER_ACCOUNT_PER_HOUR = _number("CHAT_LOGINS_PER_ACCOUNT_PER_HOUR", 20, int)
+CHAT_LOGINS_PER_ADDRESS_PER_HOUR = _number("CHAT_LOGINS_PER_ADDRESS_PER_HOUR", 100, int)
 # How long one tool call may take before the model is told it timed out (seconds).
 CHAT_TOOL_TIMEOUT_SECONDS = _number("CHAT_TOOL_TIMEOUT_SECONDS", 60.0)

@@ -4,6 +4,7 @@ from django.urls import include, path, register_converter
 
 from . import views
 from .converters import SessionIdConverter
+from .ratelimits import LOGINS_PER_ACCOUNT, LOGINS_PER_ADDRESS, by_account, by_address, limit_posts
 
 register_converter(SessionIdConverter, "sid")
 
@@ -32,7 +33,8 @@ chat_patterns = [
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("accounts/login/", limit_posts((LOGINS_PER_ADDRESS, by_address), (LOGINS_PER_ACCOUNT, by_account))(
+        auth_views.LoginView.as_view(redirect_authenticated_user=True)), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),
     path("", include((chat_patterns, "chat"))),

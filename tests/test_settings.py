@@ -10,7 +10,10 @@ SETTINGS = Path(__file__).resolve().parent.parent / "chatapp" / "settings.py"
 VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "OPENAI_TIMEOUT",
              "OPENAI_MAX_RETRIES", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "CHAT_MAX_MESSAGE_CHARS",
              "CHAT_TITLE_ATTEMPTS", "CHAT_TITLE_RETRY_SECONDS", "CHAT_STREAM_BATCH_SECONDS", "CHAT_STOP_GRACE_SECONDS",
-             "CHAT_IMPORT_MAX_BYTES", "OFFLINE_MODEL_DELAY", "TIME_ZONE", "LOG_LEVEL")
+             "CHAT_IMPORT_MAX_BYTES", "OFFLINE_MODEL_DELAY", "TIME_ZONE", "LOG_LEVEL", "CHAT_MAX_JSON_DEPTH",
+             "CHAT_MAX_JSON_BYTES", "CHAT_MAX_STATE_BYTES", "CHAT_TOOL_TIMEOUT_SECONDS", "CHAT_MESSAGES_PER_MINUTE",
+             "CHAT_RUNS_IN_FLIGHT", "CHAT_NEW_CHATS_PER_MINUTE", "CHAT_IMPORTS_PER_HOUR",
+             "CHAT_LOGINS_PER_ACCOUNT_PER_HOUR", "CHAT_LOGINS_PER_ADDRESS_PER_HOUR")
 
 
 def load(monkeypatch, **env):
@@ -106,3 +109,22 @@ def test_good_values_are_read(monkeypatch):
 def test_a_database_url_that_is_not_a_url_is_refused(monkeypatch):
     with pytest.warns(UserWarning), pytest.raises(ImproperlyConfigured, match="DATABASE_URL"):
         load(monkeypatch, DATABASE_URL="not a url")
+
+
+LIMITS = ("CHAT_MAX_JSON_DEPTH", "CHAT_MAX_JSON_BYTES", "CHAT_MAX_STATE_BYTES", "CHAT_MESSAGES_PER_MINUTE",
+          "CHAT_RUNS_IN_FLIGHT", "CHAT_NEW_CHATS_PER_MINUTE", "CHAT_IMPORTS_PER_HOUR",
+          "CHAT_LOGINS_PER_ACCOUNT_PER_HOUR", "CHAT_LOGINS_PER_ADDRESS_PER_HOUR")
+
+
+@pytest.mark.parametrize("name", LIMITS + ("CHAT_TOOL_TIMEOUT_SECONDS",))
+def test_a_limit_is_a_number_of_zero_or_more(monkeypatch, name):
+    assert getattr(load(monkeypatch, **{name: "0"}), name) == 0  # 0 turns it off
+    for bad in ("-1", "many", "1.5" if name in LIMITS else "nan"):
+        with pytest.raises(ImproperlyConfigured, match=f'{name} has an invalid value "{bad}"'):
+            load(monkeypatch, **{name: bad})
+
+
+def test_with_redis_the_rate_limits_count_in_redis(monkeypatch):
+    assert load(monkeypatch).CACHES["default"]["BACKEND"].endswith("LocMemCache")
+    cache = load(monkeypatch, REDIS_URL="redis://cache:6379/1").CACHES["default"]
+    assert (cache["BACKEND"], cache["LOCATION"]) == ("django.core.cache.backends.redis.RedisCache", "redis://cache:6379/1")

@@ -20,6 +20,7 @@ from sessions_core import export
 from sessions_core.models import ChatSession
 
 from ..assistants import assistant_name
+from ..ratelimits import IMPORTS, by_user, limit_posts
 from .common import owned_session
 
 
@@ -72,6 +73,7 @@ def export_all(request: HttpRequest) -> StreamingHttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
+@limit_posts((IMPORTS, by_user))
 def import_chats(request: HttpRequest) -> HttpResponse:
     """A JSON file this app exported (one chat or all of them) becomes new chats of the user: all of the
     file or, with a message saying why, none of it."""
