@@ -13,7 +13,9 @@ VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "
              "CHAT_IMPORT_MAX_BYTES", "OFFLINE_MODEL_DELAY", "TIME_ZONE", "LOG_LEVEL", "CHAT_MAX_JSON_DEPTH",
              "CHAT_MAX_JSON_BYTES", "CHAT_MAX_STATE_BYTES", "CHAT_TOOL_TIMEOUT_SECONDS", "CHAT_MESSAGES_PER_MINUTE",
              "CHAT_RUNS_IN_FLIGHT", "CHAT_NEW_CHATS_PER_MINUTE", "CHAT_IMPORTS_PER_HOUR",
-             "CHAT_LOGINS_PER_ACCOUNT_PER_HOUR", "CHAT_LOGINS_PER_ADDRESS_PER_HOUR")
+             "CHAT_LOGINS_PER_ACCOUNT_PER_HOUR", "CHAT_LOGINS_PER_ADDRESS_PER_HOUR", "STATIC_ROOT",
+             "TRUST_PROXY_HEADERS", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+             "SECURE_HSTS_PRELOAD")
 
 
 def load(monkeypatch, **env):
@@ -95,7 +97,7 @@ def test_a_password_in_a_bad_url_is_not_repeated(monkeypatch):
 @pytest.mark.parametrize("value, expected", [("true", True), ("On", True), ("1", True), ("yes", True),
                                              ("false", False), ("OFF", False), ("0", False), ("no", False)])
 def test_debug_takes_the_usual_true_and_false_words(monkeypatch, value, expected):
-    assert load(monkeypatch, DEBUG=value, SECRET_KEY="k").DEBUG is expected
+    assert load(monkeypatch, DEBUG=value, SECRET_KEY="k", ALLOWED_HOSTS="chat.example.com").DEBUG is expected
 
 
 def test_good_values_are_read(monkeypatch):
@@ -128,3 +130,21 @@ def test_with_redis_the_rate_limits_count_in_redis(monkeypatch):
     assert load(monkeypatch).CACHES["default"]["BACKEND"].endswith("LocMemCache")
     cache = load(monkeypatch, REDIS_URL="redis://cache:6379/1").CACHES["default"]
     assert (cache["BACKEND"], cache["LOCATION"]) == ("django.core.cache.backends.redis.RedisCache", "redis://cache:6379/1")
+
+
+def test_production_needs_hosts_and_is_secure_by_default(monkeypatch):
+    with pytest.raises(ImproperlyConfigured, match="ALLOWED_HOSTS must be set when DEBUG is off"):
+        load(monkeypatch, DEBUG="false", SECRET_KEY="k")
+    settings = load(monkeypatch, DEBUG="false", SECRET_KEY="k", ALLOWED_HOSTS="chat.example.com")
+    assert settings.SESSION_COOKIE_SECURE and settings.CSRF_COOKIE_SECURE and settings.SECURE_SSL_REDIRECT
+    assert (settings.SECURE_HSTS_SECONDS, settings.SECURE_HSTS_PRELOAD) == (31_536_000, True)
+    assert settings.MIDDLEWARE[1] == "whitenoise.middleware.WhiteNoiseMiddleware"
+    assert not hasattr(settings, "SECURE_PROXY_SSL_HEADER")  # a header is believed only behind a proxy
+    behind = load(monkeypatch, DEBUG="false", SECRET_KEY="k", ALLOWED_HOSTS="x", TRUST_PROXY_HEADERS="yes",
+                  SECURE_HSTS_SECONDS="60")
+    assert behind.SECURE_PROXY_SSL_HEADER == ("HTTP_X_FORWARDED_PROTO", "https") and behind.SECURE_HSTS_SECONDS == 60
+    with pytest.raises(ImproperlyConfigured, match="SECURE_HSTS_SECONDS"):
+        load(monkeypatch, DEBUG="false", SECRET_KEY="k", ALLOWED_HOSTS="x", SECURE_HSTS_SECONDS="-5")
+    development = load(monkeypatch)
+    assert "whitenoise.middleware.WhiteNoiseMiddleware" not in development.MIDDLEWARE
+    assert "csp.middleware.CSPMiddleware" in development.MIDDLEWARE  # the policy holds in development too
