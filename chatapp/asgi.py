@@ -13,9 +13,13 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from chatapp.routing import websocket_urlpatterns  # noqa: E402
 
+from django.conf import settings  # noqa: E402
+
 application = ProtocolTypeRouter(
     {
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        # In development static files come from the app folders; in production WhiteNoise serves the
+        # collected ones (chatapp/settings.py).
+        "http": ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app,
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

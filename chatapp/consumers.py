@@ -20,9 +20,11 @@ ignored like any other extra key):
     {"type": "regenerate_title"}                    ask the model for a new title
 
     `text` is 1 to settings.CHAT_MAX_MESSAGE_CHARS characters after trimming; ids are 1 to 64
-    characters. Anything else (invalid JSON, not an object, binary, an unknown type, a missing or
-    empty field, text over the limit) is answered with an error in #run-status on this socket
-    only; nothing is written and the socket stays open.
+    characters; a frame is at most CHAT_MAX_JSON_BYTES and nests at most CHAT_MAX_JSON_DEPTH deep
+    (sessions_core.limits, checked before it is parsed). Anything else (invalid JSON, not an object,
+    binary, an unknown type, a missing or empty field, text over a limit) is answered with an error in
+    #run-status on this socket only; nothing is written and the socket stays open. So is a send or a
+    retry over the user's rate limits (CHAT_MESSAGES_PER_MINUTE, CHAT_RUNS_IN_FLIGHT; chatapp/ratelimits.py).
 
 Outbound frames are HTML for htmx out-of-band swaps, each top-level element carrying
 `hx-swap-oob` or an id:
@@ -67,10 +69,11 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
+from sessions_core import limits
 from sessions_core.models import ChatSession
 from sessions_core.storable import storable
 
-from . import live, titles
+from . import live, ratelimits, titles
 from .broadcast import session_group, user_group
 from .live import ID_MAX
 from .rendering import render_composer_text, render_status
@@ -116,9 +119,13 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame
     """Validate one inbound frame; raises FrameError with a message for the user."""
     if text_data is None:
         raise FrameError("Binary frames are not accepted.")
+    try:  # size and depth before the parser (which recurses) sees it
+        limits.check_text(text_data, "The message")
+    except limits.LimitExceeded as exc:
+        raise FrameError(str(exc)) from None
     try:
         data = json.loads(text_data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: with CHAT_MAX_JSON_DEPTH off
         raise FrameError("The message could not be read (not JSON).") from None
     if not isinstance(data, dict):
         raise FrameError("The message could not be read (not a JSON object).")
@@ -187,6 +194,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
             note = render_status("This chat is in the trash: restore it to continue. Your message was not sent.",
                                  "error")
             await self._send_html(note + (render_composer_text(frame.text) if frame.type == "send" else ""))
+            return
+        if frame.type in ("send", "retry") and (refused := await ratelimits.refuse_message(self.user)):
+            await self._send_html(render_status(refused, "error"))  # nothing queued, nothing written
             return
         if frame.type == "send":
             await live.submit(session, self.user, frame.text)

@@ -6,9 +6,9 @@ import json
 
 from django import forms
 
-from .assistants import ASSISTANTS
+from sessions_core import limits
 
-MAX_STATE_CHARS = 200_000
+from .assistants import ASSISTANTS
 
 
 class NewSessionForm(forms.Form):
@@ -36,10 +36,14 @@ def json_error_in_words(exc: ValueError) -> str:
 
 
 class StateEditForm(forms.Form):
-    state = forms.CharField(widget=forms.Textarea, strip=False, max_length=MAX_STATE_CHARS)
+    state = forms.CharField(widget=forms.Textarea, strip=False)
     version = forms.IntegerField(min_value=0, widget=forms.HiddenInput)
 
     def clean_state(self) -> dict:
+        try:  # size and depth first (CHAT_MAX_JSON_BYTES, CHAT_MAX_JSON_DEPTH), before the parser recurses
+            limits.check_text(self.cleaned_data["state"], "The state")
+        except limits.LimitExceeded as exc:
+            raise forms.ValidationError(str(exc)) from None
         try:
             value = json.loads(self.cleaned_data["state"])
         except ValueError as exc:

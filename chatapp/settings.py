@@ -82,6 +82,8 @@ if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
     SECRET_KEY = "dev-only-insecure-key-change-me"
+if not DEBUG and not os.environ.get("ALLOWED_HOSTS", "").strip():
+    raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DEBUG is off (the host names the app is served as).")
 ALLOWED_HOSTS = _env(env.list, "ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 
 INSTALLED_APPS = [
@@ -101,6 +103,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -157,8 +160,12 @@ if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         _refuse("REDIS_URL", REDIS_URL, "expected a URL starting with redis://, rediss:// or unix://")
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    # The rate limits' counters (chatapp/ratelimits.py) too, so a limit holds across server processes.
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "KEY_PREFIX": "chatapp"}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # The model. With no OpenAI settings the built-in offline demo model answers.
 OPENAI_API_KEY = _env(env.str, "OPENAI_API_KEY", "")
@@ -191,7 +198,41 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT = Path(_env(env.str, "STATIC_ROOT", str(BASE_DIR / "var" / "static")))
+
+# The Content-Security-Policy (django-csp), in development too: the pages load only their own scripts,
+# styles, images and sockets (no inline script or style, no eval; htmx's own indicator style is off in
+# templates/base.html), and are framed by no one.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],  # the socket: same host (CSP 3 lets 'self' cover ws: and wss:)
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
+# Production (DEBUG off; scripts/serve): static files collected and served by the app (WhiteNoise), with
+# hashed names cached for a year; cookies only over HTTPS; HSTS; plain HTTP redirected to HTTPS. Behind a
+# proxy that ends TLS, set TRUST_PROXY_HEADERS=true (it must set X-Forwarded-Proto and X-Forwarded-For).
+if not DEBUG:
+    MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = _bool("SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = _number("SECURE_HSTS_SECONDS", 31_536_000, int)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = _bool("SECURE_HSTS_PRELOAD", True)
+    if _bool("TRUST_PROXY_HEADERS", False):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 LOGGING = {
     "version": 1,
@@ -213,3 +254,22 @@ CHAT_STOP_GRACE_SECONDS = _number("CHAT_STOP_GRACE_SECONDS", 0.25)
 CHAT_LEASE_GRACE_SECONDS = 1.0
 # The largest chat export (JSON) a user may import, in bytes.
 CHAT_IMPORT_MAX_BYTES = _number("CHAT_IMPORT_MAX_BYTES", 20_000_000, int, minimum=1)
+
+# Limits on every JSON that enters (sessions_core/limits.py, which has the same defaults); 0 turns one off.
+# Deepest nesting of arrays and objects: socket frames, state edits, imports, tool arguments and
+# results, the state passed to a run, every state stored.
+CHAT_MAX_JSON_DEPTH = _number("CHAT_MAX_JSON_DEPTH", 64, int)
+# Largest JSON text in bytes (an import has CHAT_IMPORT_MAX_BYTES instead).
+CHAT_MAX_JSON_BYTES = _number("CHAT_MAX_JSON_BYTES", 1_000_000, int)
+# Largest session state as stored (JSON text, in bytes), whatever changes it: tools, edits, imports.
+CHAT_MAX_STATE_BYTES = _number("CHAT_MAX_STATE_BYTES", 1_000_000, int)
+# Rate limits per user (chatapp/ratelimits.py); 0 turns one off. They stop a burst, not a person chatting.
+CHAT_MESSAGES_PER_MINUTE = _number("CHAT_MESSAGES_PER_MINUTE", 20, int)  # sends and retries on the socket
+CHAT_RUNS_IN_FLIGHT = _number("CHAT_RUNS_IN_FLIGHT", 5, int)  # replies running or queued at once
+CHAT_NEW_CHATS_PER_MINUTE = _number("CHAT_NEW_CHATS_PER_MINUTE", 10, int)
+CHAT_IMPORTS_PER_HOUR = _number("CHAT_IMPORTS_PER_HOUR", 20, int)
+# Sign-in attempts (every POST to the login form, per username and per client address).
+CHAT_LOGINS_PER_ACCOUNT_PER_HOUR = _number("CHAT_LOGINS_PER_ACCOUNT_PER_HOUR", 20, int)
+CHAT_LOGINS_PER_ADDRESS_PER_HOUR = _number("CHAT_LOGINS_PER_ADDRESS_PER_HOUR", 100, int)
+# How long one tool call may take before the model is told it timed out (seconds).
+CHAT_TOOL_TIMEOUT_SECONDS = _number("CHAT_TOOL_TIMEOUT_SECONDS", 60.0)

@@ -45,7 +45,7 @@ def usage_text(usage: dict) -> str:
 
 
 def pretty_json(value) -> str:
-    return format_html("<pre style='white-space:pre-wrap;max-width:60em'>{}</pre>",
+    return format_html('<pre class="pretty-json">{}</pre>',  # styled by sessions_core/admin.css (no inline style: CSP)
                        json.dumps(value, indent=2, ensure_ascii=False))
 
 
@@ -66,6 +66,9 @@ class DeletedFilter(admin.SimpleListFilter):
 
 @admin.register(ChatSession)
 class ChatSessionAdmin(RecordsAccess, admin.ModelAdmin):
+    class Media:
+        css = {"all": ["sessions_core/admin.css"]}
+
     list_display = ["__str__", "owner", "component_id", "state_version", "last_activity_at", "is_running", "transcript"]
     list_filter = ["kind", "component_id", "name_source", DeletedFilter]
     list_select_related = ["owner"]

@@ -25,6 +25,7 @@ from django.db import transaction
 from django.db.models import Prefetch
 from django.utils import timezone
 
+from . import limits
 from . import state as state_module
 from .model_api import TOOL_FIELD_CHARS
 from .models import ChatSession, Message, NameSource, Role, Run, RunKind, RunStatus, SessionKind, StateChange
@@ -239,6 +240,10 @@ def import_json(data: bytes | str, user) -> list[ChatSession]:
     collide with any), the state becomes version 1 (its change recorded as "import"), runs that were
     still running count as interrupted, and text goes through `storable`.
     """
+    try:  # deeper than CHAT_MAX_JSON_DEPTH: refused before the (recursive) parser sees it
+        limits.check_depth(data, "The file")
+    except limits.LimitExceeded as exc:
+        raise ImportRefused(str(exc)) from None
     try:  # strict JSON: NaN and Infinity, which Python's parser takes, no column would store
         parsed = json.loads(data, parse_constant=_refuse_constant)
     except ValueError as exc:  # a decoding error too
@@ -268,6 +273,10 @@ def _import_session(data: _SessionIn, user) -> ChatSession:
         last_activity_at=_aware(data.last_activity_at or data.created_at) or now,
     )
     state = storable_tree(data.session_state)
+    try:
+        state_module.dumps(state)  # over CHAT_MAX_STATE_BYTES: the whole import is refused
+    except state_module.StateLimitError as exc:
+        raise ImportRefused(f"The chat “{name or 'untitled'}”: {exc}") from None
     if state:
         patch, inverse = state_module.diff({}, state)
         StateChange.objects.create(session=session, version=1, patch=patch, inverse=inverse, source="import",

@@ -15,7 +15,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from .state import diff, to_json
+from .state import check_patch, diff, to_json
 
 
 def new_id() -> str:
@@ -130,9 +130,10 @@ class ChatSession(models.Model):
 
     def apply_state_change(self, new_state: dict, source: str, run=None, now=None) -> dict:
         """Store `new_state` on this (locked) row as one recorded, versioned change; the stored state."""
-        new_state = to_json(new_state)
+        new_state = to_json(new_state)  # StateLimitError over CHAT_MAX_STATE_BYTES
         if new_state != self.session_state:
             patch, inverse = diff(self.session_state, new_state)
+            check_patch(patch)  # StateLimitError deeper than CHAT_MAX_JSON_DEPTH
             self.state_version += 1
             StateChange.objects.using(self._state.db).create(
                 session=self, run=run, version=self.state_version, patch=patch, inverse=inverse, source=source,

@@ -25,6 +25,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from . import history as history_module
+from . import limits
 from . import prompt
 from . import run_registry
 from . import state as state_module
@@ -199,6 +200,8 @@ class RunLoop:
                         yield event
         except state_module.StateNotJSONError as exc:
             status, error, error_type = RunStatus.ERROR, str(exc), "state_error"
+        except limits.LimitExceeded as exc:
+            status, error, error_type = RunStatus.ERROR, str(exc), "limit_exceeded"
         except ModelError as exc:
             status, error, error_type = RunStatus.ERROR, str(exc), "model_provider_error"
         except RunFailed as exc:
@@ -543,11 +546,15 @@ class RunLoop:
         execution = ToolExecution(tool_call_id=call.id, tool_name=call.name)
         self.output.tools.append(execution)
         function = functions.get(call.name)
+        refused = None  # an input over a limit (limits.py): the run fails once the call is on record
         try:
+            limits.check_text(call.arguments or "{}", f"The arguments for {call.name}")
             # NUL and lone surrogates (JSON escapes carry both) become U+FFFD before a tool sees them.
             args = storable_tree(json.loads(call.arguments or "{}"))
             if not isinstance(args, dict):
                 raise ValueError("arguments must be a JSON object")
+        except limits.LimitExceeded as exc:
+            args, error, refused = {}, f"Error: {exc}", exc
         except ValueError as exc:
             args, error = {}, f"Error: the arguments for {call.name} are not a valid JSON object ({exc})."
         else:
@@ -573,10 +580,13 @@ class RunLoop:
             async with tracker.lock:  # one state-touching call at a time in the whole run
                 tracker.before_touch()
                 try:
-                    result = await call_tool(function, args, run_context, self.config.tool_owner,
-                                             list(self.config.tool_hooks))
+                    result = await limits.within_tool_timeout(
+                        call_tool(function, args, run_context, self.config.tool_owner, list(self.config.tool_hooks)),
+                        call.name)
                     execution.result = result_text(result)
-                except Exception as exc:  # a failing tool or hook is reported to the model, the run goes on
+                except limits.LimitExceeded as exc:  # a result over a limit fails the run
+                    execution.result, execution.tool_call_error, refused = storable(f"Error: {exc}"), True, exc
+                except Exception as exc:  # a failing (or timed out) tool or hook is reported to the model
                     execution.result = storable(f"Error: {type(exc).__name__}: {exc}")
                     execution.tool_call_error = True
                 # A tool may rebind run_context.session_state to a new dict: that dict is the state now.
@@ -595,8 +605,8 @@ class RunLoop:
         if stream_events:
             yield self.event("tool_completed", tool=ToolExecution(**execution.to_dict()),
                              content=f"{call.name}() completed in {execution.metrics['duration']:.4f}s.")
-        if state_error is not None:
-            raise state_error
+        if state_error is not None or refused is not None:
+            raise state_error or refused
         if recorded and stream_events:
             yield self.state_changed_event(*recorded)
 

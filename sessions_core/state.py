@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import jsonpatch
 import orjson
 
+from . import limits
 from .storable import is_storable, storable_json, without_escaped_nul
 
 # Visible to tools, hooks, templates and the state block during a run; never persisted or returned.
@@ -34,6 +35,23 @@ class StateNotJSONError(ValueError):
             f"session_state{path} holds a value of type {self.type_name}, which cannot be stored as JSON. "
             "Use lists, dicts, strings, numbers, booleans or None."
         )
+
+
+class StateLimitError(limits.LimitExceeded, StateNotJSONError):
+    """A state over CHAT_MAX_STATE_BYTES or nested deeper than CHAT_MAX_JSON_DEPTH: refused wherever a
+    state not JSON is (the run fails and the stored state stays as it was; an edit is a 422)."""
+
+    def __init__(self, exceeded: limits.LimitExceeded):
+        self.setting = exceeded.setting
+        ValueError.__init__(self, str(exceeded))
+
+
+def check_patch(patch: list) -> None:
+    """Refuse a change that would nest the state deeper than CHAT_MAX_JSON_DEPTH (StateLimitError)."""
+    try:
+        limits.check_patch(patch)
+    except limits.LimitExceeded as exc:
+        raise StateLimitError(exc) from None
 
 
 def deep_merge(base: Mapping, override: Mapping) -> dict:
@@ -101,11 +119,25 @@ def to_json(state: Mapping) -> dict:
 def dumps(state: Mapping) -> str:
     """`state` as JSON text, converted and checked as `to_json` does (the form a run keeps it in).
 
-    A NUL character or a lone surrogate in a string becomes U+FFFD (see storable.py)."""
+    A NUL character or a lone surrogate in a string becomes U+FFFD (see storable.py). A state over
+    CHAT_MAX_STATE_BYTES, or one too deep to encode safely, raises StateLimitError (limits.py)."""
+    try:
+        return _checked_size(_dumps(state))
+    except limits.LimitExceeded as exc:
+        raise StateLimitError(exc) from None
+
+
+def _checked_size(text: str) -> str:
+    limits.check_state_size(text)
+    return text
+
+
+def _dumps(state: Mapping) -> str:
     try:  # orjson: about ten times faster than the json module at encoding a large state
         text = orjson.dumps(state, default=_json_default, option=_ORJSON_OPTIONS)
     except TypeError:  # something orjson will not encode (a non-str key, a huge int, a lone surrogate)
-        pass
+        # or more than 254 levels, which the json module's recursive encoder may not survive.
+        limits.check_tree(state, "The session state")
     else:
         # orjson writes NaN and infinities as null, where we refuse them: any "null" sends the
         # state through the strict json module (a None in the state, or the word in a string, costs time only).
@@ -415,9 +447,11 @@ def merge_for_run(defaults: Mapping | None, stored_text: str, run_state: Mapping
     deep-copied here and the stored state, kept for a failed run, is never the working one.
     """
     try:
+        if run_state:
+            limits.check_tree(run_state, "The session_state passed to the run")
         defaults = to_json(defaults) if defaults else {}
         run_state = to_json(run_state) if run_state else None
-    except StateNotJSONError as exc:
+    except (StateNotJSONError, limits.LimitExceeded) as exc:
         return RunStartState(json.loads(stored_text), stored_text, error=str(exc))
     working = json.loads(stored_text)
     if not run_state and not fills_in(defaults, working) and not has_injected(working):
@@ -431,5 +465,11 @@ def merge_for_run(defaults: Mapping | None, stored_text: str, run_state: Mapping
         patch, inverse = diff(before, after)
         if patch:
             changes.append((patch, inverse, source))
-    # Unchanged, the stored text serves as is (no need to encode a large state again).
-    return RunStartState(merged, dumps(merged) if changes else stored_text, changes)
+    try:
+        # Unchanged, the stored text serves as is (no need to encode a large state again).
+        text = dumps(merged) if changes else stored_text
+        for patch, _inverse, _source in changes:
+            check_patch(patch)
+    except StateLimitError as exc:
+        return RunStartState(stored, stored_text, error=str(exc))
+    return RunStartState(merged, text, changes)

@@ -46,7 +46,8 @@ class StateTracker:
     def record(self, source: str, run_pk: int | None) -> tuple[list, str] | None:
         """Record what changed since the last record, as one change; (patch, state text) or None.
 
-        Raises StateNotJSONError when a value cannot be stored."""
+        Raises StateNotJSONError when a value cannot be stored, StateLimitError (one) when the state
+        would be over CHAT_MAX_STATE_BYTES or nested deeper than CHAT_MAX_JSON_DEPTH."""
         live = state_module.strip_injected(self.working)
         after_text = state_module.dumps(live)
         if after_text == self.state_text:
@@ -60,6 +61,11 @@ class StateTracker:
             diffed = state_module.diff(self.snapshot, after)
             self.snapshot = after
         patch, inverse = diffed
+        try:
+            state_module.check_patch(patch)  # nested too deep: refused like a value that is not JSON
+        except state_module.StateLimitError:
+            self.snapshot = json.loads(self.state_text)  # back to the last recorded change
+            raise
         self.state_text = after_text
         if not patch:
             return None

@@ -18,6 +18,7 @@ from typing import Any
 import pydantic
 from asgiref.sync import async_to_sync
 
+from . import limits
 from .bridge import call_sync
 from .storable import storable
 
@@ -221,8 +222,13 @@ async def call_tool(function: Function, args: dict, run_context: RunContext, age
 
 
 def result_text(result: Any) -> str:
-    """What the model reads back from a tool (and what is stored)."""
-    return storable(_result_text(result))
+    """What the model reads back from a tool (and what is stored). A result nested deeper than
+    CHAT_MAX_JSON_DEPTH or over CHAT_MAX_JSON_BYTES raises limits.LimitExceeded."""
+    if not isinstance(result, str):
+        limits.check_tree(result, "The tool's result")  # before the (recursive) encoder walks it
+    text = _result_text(result)
+    limits.check_size(text, "The tool's result")
+    return storable(text)
 
 
 def _result_text(result: Any) -> str:

@@ -44,3 +44,13 @@ def pytest_sessionfinish(session):
     for leftover in (f"{name}-wal", f"{name}-shm"):
         with suppress(FileNotFoundError):
             os.remove(leftover)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rate_limit_counters():
+    """The rate limits count in Django's cache, which outlives a test (user pks repeat on SQLite, whose
+    sequences roll back with the test's transaction): each test starts from zero."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield

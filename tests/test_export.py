@@ -226,11 +226,11 @@ def test_the_import_page_explains_a_refusal(alice_chat, client, settings):
     alice, _ = alice_chat
     client.force_login(alice)
     response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", b"[1, 2]")})
-    assert response.status_code == 400 and "This file is not a chat export from this app." in response.content.decode()
+    assert response.status_code == 422 and "This file is not a chat export from this app." in response.content.decode()
     assert client.post(reverse("chat:import"), {}).status_code == 400
     settings.CHAT_IMPORT_MAX_BYTES = 10
     response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", b"{" + b" " * 20 + b"}")})
-    assert response.status_code == 400 and b"the limit is 10" in response.content
+    assert response.status_code == 422 and b"the limit is 10" in response.content
     assert ChatSession.objects.for_user(alice).count() == 1
 
 

@@ -10,7 +10,12 @@ SETTINGS = Path(__file__).resolve().parent.parent / "chatapp" / "settings.py"
 VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "OPENAI_TIMEOUT",
              "OPENAI_MAX_RETRIES", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "CHAT_MAX_MESSAGE_CHARS",
              "CHAT_TITLE_ATTEMPTS", "CHAT_TITLE_RETRY_SECONDS", "CHAT_STREAM_BATCH_SECONDS", "CHAT_STOP_GRACE_SECONDS",
-             "CHAT_IMPORT_MAX_BYTES", "OFFLINE_MODEL_DELAY", "TIME_ZONE", "LOG_LEVEL")
+             "CHAT_IMPORT_MAX_BYTES", "OFFLINE_MODEL_DELAY", "TIME_ZONE", "LOG_LEVEL", "CHAT_MAX_JSON_DEPTH",
+             "CHAT_MAX_JSON_BYTES", "CHAT_MAX_STATE_BYTES", "CHAT_TOOL_TIMEOUT_SECONDS", "CHAT_MESSAGES_PER_MINUTE",
+             "CHAT_RUNS_IN_FLIGHT", "CHAT_NEW_CHATS_PER_MINUTE", "CHAT_IMPORTS_PER_HOUR",
+             "CHAT_LOGINS_PER_ACCOUNT_PER_HOUR", "CHAT_LOGINS_PER_ADDRESS_PER_HOUR", "STATIC_ROOT",
+             "TRUST_PROXY_HEADERS", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+             "SECURE_HSTS_PRELOAD")
 
 
 def load(monkeypatch, **env):
@@ -92,7 +97,7 @@ def test_a_password_in_a_bad_url_is_not_repeated(monkeypatch):
 @pytest.mark.parametrize("value, expected", [("true", True), ("On", True), ("1", True), ("yes", True),
                                              ("false", False), ("OFF", False), ("0", False), ("no", False)])
 def test_debug_takes_the_usual_true_and_false_words(monkeypatch, value, expected):
-    assert load(monkeypatch, DEBUG=value, SECRET_KEY="k").DEBUG is expected
+    assert load(monkeypatch, DEBUG=value, SECRET_KEY="k", ALLOWED_HOSTS="chat.example.com").DEBUG is expected
 
 
 def test_good_values_are_read(monkeypatch):
@@ -106,3 +111,40 @@ def test_good_values_are_read(monkeypatch):
 def test_a_database_url_that_is_not_a_url_is_refused(monkeypatch):
     with pytest.warns(UserWarning), pytest.raises(ImproperlyConfigured, match="DATABASE_URL"):
         load(monkeypatch, DATABASE_URL="not a url")
+
+
+LIMITS = ("CHAT_MAX_JSON_DEPTH", "CHAT_MAX_JSON_BYTES", "CHAT_MAX_STATE_BYTES", "CHAT_MESSAGES_PER_MINUTE",
+          "CHAT_RUNS_IN_FLIGHT", "CHAT_NEW_CHATS_PER_MINUTE", "CHAT_IMPORTS_PER_HOUR",
+          "CHAT_LOGINS_PER_ACCOUNT_PER_HOUR", "CHAT_LOGINS_PER_ADDRESS_PER_HOUR")
+
+
+@pytest.mark.parametrize("name", LIMITS + ("CHAT_TOOL_TIMEOUT_SECONDS",))
+def test_a_limit_is_a_number_of_zero_or_more(monkeypatch, name):
+    assert getattr(load(monkeypatch, **{name: "0"}), name) == 0  # 0 turns it off
+    for bad in ("-1", "many", "1.5" if name in LIMITS else "nan"):
+        with pytest.raises(ImproperlyConfigured, match=f'{name} has an invalid value "{bad}"'):
+            load(monkeypatch, **{name: bad})
+
+
+def test_with_redis_the_rate_limits_count_in_redis(monkeypatch):
+    assert load(monkeypatch).CACHES["default"]["BACKEND"].endswith("LocMemCache")
+    cache = load(monkeypatch, REDIS_URL="redis://cache:6379/1").CACHES["default"]
+    assert (cache["BACKEND"], cache["LOCATION"]) == ("django.core.cache.backends.redis.RedisCache", "redis://cache:6379/1")
+
+
+def test_production_needs_hosts_and_is_secure_by_default(monkeypatch):
+    with pytest.raises(ImproperlyConfigured, match="ALLOWED_HOSTS must be set when DEBUG is off"):
+        load(monkeypatch, DEBUG="false", SECRET_KEY="k")
+    settings = load(monkeypatch, DEBUG="false", SECRET_KEY="k", ALLOWED_HOSTS="chat.example.com")
+    assert settings.SESSION_COOKIE_SECURE and settings.CSRF_COOKIE_SECURE and settings.SECURE_SSL_REDIRECT
+    assert (settings.SECURE_HSTS_SECONDS, settings.SECURE_HSTS_PRELOAD) == (31_536_000, True)
+    assert settings.MIDDLEWARE[1] == "whitenoise.middleware.WhiteNoiseMiddleware"
+    assert not hasattr(settings, "SECURE_PROXY_SSL_HEADER")  # a header is believed only behind a proxy
+    behind = load(monkeypatch, DEBUG="false", SECRET_KEY="k", ALLOWED_HOSTS="x", TRUST_PROXY_HEADERS="yes",
+                  SECURE_HSTS_SECONDS="60")
+    assert behind.SECURE_PROXY_SSL_HEADER == ("HTTP_X_FORWARDED_PROTO", "https") and behind.SECURE_HSTS_SECONDS == 60
+    with pytest.raises(ImproperlyConfigured, match="SECURE_HSTS_SECONDS"):
+        load(monkeypatch, DEBUG="false", SECRET_KEY="k", ALLOWED_HOSTS="x", SECURE_HSTS_SECONDS="-5")
+    development = load(monkeypatch)
+    assert "whitenoise.middleware.WhiteNoiseMiddleware" not in development.MIDDLEWARE
+    assert "csp.middleware.CSPMiddleware" in development.MIDDLEWARE  # the policy holds in development too

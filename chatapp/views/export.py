@@ -20,6 +20,7 @@ from sessions_core import export
 from sessions_core.models import ChatSession
 
 from ..assistants import assistant_name
+from ..ratelimits import IMPORTS, by_user, limit_posts
 from .common import owned_session
 
 
@@ -100,6 +101,7 @@ def _refusal_in_words(message: str) -> str:
 
 @login_required
 @require_http_methods(["GET", "POST"])
+@limit_posts((IMPORTS, by_user))
 def import_chats(request: HttpRequest) -> HttpResponse:
     """A JSON file this app exported (one chat or all of them) becomes new chats of the user: all of the
     file or, with a message saying why, none of it."""
@@ -121,4 +123,6 @@ def import_chats(request: HttpRequest) -> HttpResponse:
                 count = len(sessions)
                 messages.success(request, f"Imported {count} chat{'' if count == 1 else 's'}.")
                 return redirect("chat:session", sessions[0].session_id) if count else redirect("chat:index")
-    return render(request, "chatapp/import.html", {"error": error}, status=400 if error else 200)
+    # A missing file is a bad request; a file refused for what it holds (or its size) is a 422.
+    status = (422 if request.FILES.get("file") else 400) if error else 200
+    return render(request, "chatapp/import.html", {"error": error}, status=status)

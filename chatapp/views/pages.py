@@ -17,6 +17,7 @@ from .. import rendering
 from ..assistants import ASSISTANTS, DEFAULT_ASSISTANT, get_assistant
 from ..broadcast import broadcast_to_user
 from ..forms import NewSessionForm
+from ..ratelimits import NEW_CHATS, by_user, limit_posts
 from ..sidebar import trashed_sessions
 from .common import HtmxHttpRequest, owned_session, render_chat_page
 
@@ -41,6 +42,7 @@ def _last_used_assistant(user) -> str:
 
 @login_required
 @require_http_methods(["GET", "POST"])
+@limit_posts((NEW_CHATS, by_user))
 def new_session(request: HtmxHttpRequest) -> HttpResponse:
     form = NewSessionForm(request.POST or None, initial={"assistant": _last_used_assistant(request.user)})
     if request.method == "POST" and form.is_valid():
