@@ -168,8 +168,11 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
         assert routes
         expected = {"owner": (True, None), "other": (False, 4403), "anonymous": (False, 4401), "staff": (False, 4403)}
         for route in routes:
-            path = "/" + re.sub(r"<(?:\w+:)?session_id>", self.session.session_id, route)
+            if route in ("", "^"):  # the catch-all: any other path is refused for everyone, like an unknown URL
+                path, wanted = "/ws/nowhere/", dict.fromkeys(ROLES, (False, 4404))
+            else:
+                path, wanted = "/" + re.sub(r"<(?:\w+:)?session_id>", self.session.session_id, route), expected
             assert "<" not in path, f"{route}: teach this test what its parameters take"
             for role in ROLES:
                 with self.subTest(route=route, role=role):
-                    assert async_to_sync(connect)(path, role) == expected[role]
+                    assert async_to_sync(connect)(path, role) == wanted[role]
