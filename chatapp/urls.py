@@ -34,9 +34,17 @@ chat_patterns = [
     path("fork/", views.fork, name="fork"),
 ]
 
+class FaviconRedirect(RedirectView):
+    """The icon's URL is asked for at request time: with hashed static names (production) it needs the
+    manifest collectstatic writes, which does not exist yet when the URL conf is first loaded."""
+
+    def get_redirect_url(self, *args, **kwargs):
+        return static("chatapp/favicon.svg")
+
+
 urlpatterns = [
     # Pages without the icon link (the admin's) make the browser ask for /favicon.ico.
-    path("favicon.ico", RedirectView.as_view(url=static("chatapp/favicon.svg"), permanent=True)),
+    path("favicon.ico", FaviconRedirect.as_view(permanent=True)),
     path("admin/", admin.site.urls),
     path("accounts/login/", limit_posts((LOGINS_PER_ADDRESS, by_address), (LOGINS_PER_ACCOUNT, by_account))(
         auth_views.LoginView.as_view(redirect_authenticated_user=True)), name="login"),
