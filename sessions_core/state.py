@@ -54,11 +54,6 @@ def check_patch(patch: list) -> None:
         raise StateLimitError(exc) from None
 
 
-def deep_merge(base: Mapping, override: Mapping) -> dict:
-    """A new dict: `override` wins key by key; dicts on both sides merge recursively, anything else is replaced."""
-    return copy.deepcopy(_merge(base, override))
-
-
 def _merge(base: Mapping, override: Mapping) -> dict:
     merged = dict(base)
     for key, value in override.items():
