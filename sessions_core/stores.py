@@ -27,6 +27,7 @@ import gc
 import hashlib
 import re
 import threading
+import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -245,6 +246,9 @@ def migrate_sqlite(connection) -> None:
             cursor.execute("PRAGMA foreign_keys = ON")
 
 
+OPEN_ATTEMPTS = 30
+
+
 class SqliteDb(Store):
     """A SQLite file (folders made on first use); `session_table` picks a file of its own next to it."""
 
@@ -277,7 +281,18 @@ class SqliteDb(Store):
         except OSError as exc:
             raise StoreConnectionError(self, f"cannot open: cannot make the folder {self.path.parent} "
                                              f"({exc.strerror or exc})") from exc
-        connection.ensure_connection()
+        # A new file's first connection switches it to WAL, which needs the file to itself: a second process
+        # doing the same at that moment gets "database is locked" at once (SQLite does not wait on the busy
+        # timeout there). It is tried again, for up to OPEN_ATTEMPTS x the growing pause (about 5 s).
+        for attempt in range(1, OPEN_ATTEMPTS + 1):
+            try:
+                connection.ensure_connection()
+                return
+            except DatabaseError as exc:
+                if "locked" not in str(exc) or attempt == OPEN_ATTEMPTS:
+                    raise
+                connection.close()
+                time.sleep(0.01 * attempt)
 
     def _migrate(self, connection) -> None:
         migrate_sqlite(connection)
