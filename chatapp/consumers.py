@@ -195,7 +195,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
                                  "error")
             await self._send_html(note + (render_composer_text(frame.text) if frame.type == "send" else ""))
             return
-        if frame.type in ("send", "retry") and (refused := await ratelimits.refuse_message(self.user)):
+        starts_a_run = frame.type in ("send", "retry", "regenerate", "edit")
+        if starts_a_run and (refused := await ratelimits.refuse_message(self.user)):
             await self._send_html(render_status(refused, "error"))  # nothing queued, nothing written
             return
         if frame.type == "send":
