@@ -26,7 +26,8 @@ def run_child(script: str, url: str, arguments: list[str], capture: bool = True)
     as deployed (DEBUG off: no query log kept); its last stdout line is the JSON of its rows."""
     command = [sys.executable, script, "--child", url, *arguments]
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}
-    env.update(DATABASE_URL=url, DEBUG="false", SECRET_KEY="bench-engine", DJANGO_SETTINGS_MODULE="chatapp.settings")
+    env.update(DATABASE_URL=url, DEBUG="false", SECRET_KEY="bench-engine", ALLOWED_HOSTS="127.0.0.1",
+               DJANGO_SETTINGS_MODULE="chatapp.settings")
     if not capture:
         subprocess.run(command, env=env, check=True)
         return []
@@ -148,3 +149,24 @@ def print_table(rows: list[tuple[str, ...]]) -> None:
 def load_line() -> str:
     return (f"Load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall figures suffer "
             "when other work shares the machine)")
+
+
+def profile_runs(run: Callable[[], object], runs: int, warmup: int, label: str) -> None:
+    """cProfile of `runs` calls of `run` after `warmup` unprofiled ones; prints the time per run and the
+    40 costliest functions by own time, then the 80 costliest by cumulative time."""
+    import cProfile
+    import pstats
+
+    for _ in range(warmup):
+        run()
+    profiler = cProfile.Profile()
+    started = time.perf_counter()
+    profiler.enable()
+    for _ in range(runs):
+        run()
+    profiler.disable()
+    elapsed = (time.perf_counter() - started) * 1000 / runs
+    print(f"{runs} runs {label}: {elapsed:.2f} ms per run (profiler on)")
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(80)

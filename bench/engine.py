@@ -339,9 +339,6 @@ def measure_all(path: str, lengths: list[int], states: list[str], runs: int, war
 
 def profile(length: int, runs: int, warmup: int, grows: bool) -> None:
     """cProfile of `runs` sync-path engine runs (no baseline): each runs wholly on this thread."""
-    import cProfile
-    import pstats
-
     from django.db import connections
 
     from sessions_core.llm import OpenAIChat
@@ -351,22 +348,11 @@ def profile(length: int, runs: int, warmup: int, grows: bool) -> None:
     session_id = f"bench-profile-{length}"
     prefill(agent, session_id, length, grows)
     try:
-        for _ in range(warmup):
-            agent.run(PROMPT, session_id=session_id)
-        profiler = cProfile.Profile()
-        started = time.perf_counter()
-        profiler.enable()
-        for _ in range(runs):
-            agent.run(PROMPT, session_id=session_id)
-        profiler.disable()
-        elapsed = (time.perf_counter() - started) * 1000 / runs
+        _support.profile_runs(lambda: agent.run(PROMPT, session_id=session_id), runs, warmup,
+                              f"at {length:,} earlier runs")
     finally:
         server.stop()
         connections.close_all()
-    print(f"{runs} runs at {length:,} earlier runs: {elapsed:.2f} ms per run (profiler on)")
-    stats = pstats.Stats(profiler)
-    stats.sort_stats("tottime").print_stats(40)
-    stats.sort_stats("cumulative").print_stats(80)
 
 
 if __name__ == "__main__":

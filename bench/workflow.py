@@ -424,9 +424,6 @@ def show_sql(shape: str, length: int) -> None:
 
 def profile(shape: str, length: int, runs: int, warmup: int) -> None:
     """cProfile of `runs` sync runs of one shape (no baseline): each runs wholly on this thread."""
-    import cProfile
-    import pstats
-
     from django.db import connections
 
     from sessions_core.llm import OpenAIChat
@@ -437,22 +434,11 @@ def profile(shape: str, length: int, runs: int, warmup: int) -> None:
     session_id = f"bench-profile-{shape}-{length}"
     try:
         prefill(component, session_id, length)
-        for _ in range(warmup):
-            component.run(PROMPT, session_id=session_id)
-        profiler = cProfile.Profile()
-        started = time.perf_counter()
-        profiler.enable()
-        for _ in range(runs):
-            component.run(PROMPT, session_id=session_id)
-        profiler.disable()
-        elapsed = (time.perf_counter() - started) * 1000 / runs
+        _support.profile_runs(lambda: component.run(PROMPT, session_id=session_id), runs, warmup,
+                              f"of {shape} at {length:,} earlier runs")
     finally:
         server.stop()
         connections.close_all()
-    print(f"{runs} runs of {shape} at {length:,} earlier runs: {elapsed:.2f} ms per run (profiler on)")
-    stats = pstats.Stats(profiler)
-    stats.sort_stats("tottime").print_stats(40)
-    stats.sort_stats("cumulative").print_stats(80)
 
 
 if __name__ == "__main__":

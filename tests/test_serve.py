@@ -22,35 +22,19 @@ from django.test import Client
 from tests.e2e.conftest import _free_port, _test_database_url
 from tests.factories import make_session, make_user
 from tests.llm_server import Text, background_responder
+from tests.server_process import ServerProcess
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 HTTPS = {"X-Forwarded-Proto": "https"}  # as a proxy that ended TLS says it
 
 
-class Server:
+class Server(ServerProcess):
     """A command serving the app on a free port, in its own process and environment."""
 
     def __init__(self, command: list[str], env: dict[str, str]):
-        self.port = int(env["PORT"])
         self.secret_key = env.get("SECRET_KEY", "")
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="serve-", suffix=".log", delete=False)  # noqa: SIM115
-        self.process = subprocess.Popen(command, cwd=BASE_DIR, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120  # scripts/serve checks, migrates and collects static files first
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{command} exited with {self.process.returncode}:\n{self.output()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"{command} did not start:\n{self.output()}") from None
-                time.sleep(0.05)
-
-    def output(self) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text()[-5000:]
+        # scripts/serve checks, migrates and collects static files first
+        super().__init__(command, env, int(env["PORT"]), start_seconds=120)
 
     def get(self, path: str, headers: dict | None = None) -> tuple[int, dict, str]:
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
@@ -60,15 +44,6 @@ class Server:
         connection.close()
         return response.status, {key.lower(): value for key, value in response.getheaders()}, body
 
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
-        os.unlink(self.log.name)
 
 
 def production_env(**extra) -> dict[str, str]:

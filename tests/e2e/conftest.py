@@ -21,6 +21,7 @@ from django.conf import settings
 from django.test import Client
 
 from tests.llm_server import background_responder
+from tests.server_process import ServerProcess
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 SCREENSHOTS = BASE_DIR / "artifacts" / "screenshots"
@@ -87,51 +88,13 @@ def _test_database_url() -> str:
     return f"postgres://{user}:{password}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
 
 
-class Daphne:
+class Daphne(ServerProcess):
     """`python -m daphne` on a free port, in its own process with its own environment."""
 
     def __init__(self, env: dict[str, str], port: int | None = None):
-        self.port = port or _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        # Open for the server's whole life; closed and removed in stop().
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="daphne-", suffix=".log", delete=False)  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "chatapp.asgi:application"],
-            cwd=BASE_DIR, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 30
-        while True:  # wait until the port accepts connections (or the server died)
-            if self.process.poll() is not None:
-                raise RuntimeError(f"daphne exited with {self.process.returncode}:\n{self.output()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"daphne did not start:\n{self.output()}") from None
-                time.sleep(0.05)
-
-    def output(self) -> str:
-        self.log.flush()
-        return Path(self.log.name).read_text()[-5000:]
-
-    def kill(self) -> None:
-        """Stop it as a crash would: at once, with no clean-up of its own (SIGKILL)."""
-        self.process.kill()
-        self.process.wait()
-        self.log.close()
-        os.unlink(self.log.name)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
-        os.unlink(self.log.name)
+        port = port or _free_port()
+        super().__init__([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                          "chatapp.asgi:application"], env, port)
 
 
 def _server_env(redis_url: str | None = None, **extra) -> dict[str, str]:
