@@ -380,8 +380,11 @@ def render_status(message: str, kind: str = "info") -> str:
 
 def render_stream_frame(run_id: str, keep: int, html: str) -> str:
     """A streamed reply's update: static/chatapp/live.js keeps the first `keep` elements of #reply-<run_id>
-    (its completed blocks) and puts the sanitized `html` (new completed blocks, then the open one) after them."""
-    return render_to_string("chatapp/_stream_frame.html", {"run_id": run_id, "keep": keep, "html": html})
+    (its completed blocks) and puts `html` (new completed blocks, then the open one) after them. `html` is
+    the sanitizer's output (chatapp/markdown_stream.py), also when it reaches here as a plain string
+    from a token batch of the channel layer, which only this server writes to."""
+    return render_to_string("chatapp/_stream_frame.html", {"run_id": run_id, "keep": keep,
+                                                           "html": mark_safe(html)})  # noqa: S308
 
 
 def render_composer_text(text: str) -> str:

@@ -3,12 +3,11 @@ reply, built from the frames as live.js builds it, equals the final render of th
 
 from __future__ import annotations
 
-from html.parser import HTMLParser
-
 import pytest
 
 from chatapp.markdown_stream import ReplyStream
 from chatapp.rendering import render_markdown
+from tests.live_support import apply_frame as apply
 from tests.test_rendering import ATTACKS, assert_harmless
 
 SAMPLE = """## A heading
@@ -54,51 +53,6 @@ SAMPLES = {
     "reference link": "See [the docs][d] first.\n\nMore text.\n\n[d]: https://example.com/docs\n\nAfter.",
     "open fence": "Intro.\n\n```js\nconst a = 1;\n\nconst b = 2;\n",
 }
-
-
-class TopLevel(HTMLParser):
-    """A fragment cut into its top-level elements, each with the text that follows it (as the DOM holds it)."""
-
-    def __init__(self, html: str):
-        super().__init__(convert_charrefs=False)
-        self.parts: list[str] = []
-        self.depth = 0
-        self.lead = ""  # text before the first element
-        self.html = html
-        self.feed(html)
-        self.close()
-
-    def _cut(self) -> None:
-        line, column = self.getpos()
-        offset = sum(len(row) for row in self.html.splitlines(keepends=True)[: line - 1]) + column
-        self.starts.append(offset)
-
-    def feed(self, data):
-        self.starts: list[int] = []
-        super().feed(data)
-        bounds = [*self.starts, len(data)]
-        self.lead = data[: bounds[0]]
-        self.parts = [data[a:b] for a, b in zip(bounds, bounds[1:])]
-
-    def handle_starttag(self, tag, attrs):
-        if self.depth == 0:
-            self._cut()
-        if tag not in ("br", "hr"):
-            self.depth += 1
-
-    def handle_startendtag(self, tag, attrs):
-        if self.depth == 0:
-            self._cut()
-
-    def handle_endtag(self, tag):
-        self.depth -= 1
-
-
-def apply(reply: list[str], keep: int, html: str) -> list[str]:
-    """What live.js does with a frame: keep the first `keep` elements, then the frame's elements."""
-    fragment = TopLevel(html)
-    assert not fragment.lead.strip()
-    return reply[:keep] + fragment.parts
 
 
 def stream(text: str, step: int):
