@@ -135,12 +135,15 @@ def is_stream_frame(frame: str) -> bool:
 
 
 def streamed_html(frames: list[str], run_id: str, reply: str = "") -> str:
-    """The reply `run_id` as a page holding `reply` has it after these frames (stream frames applied in order)."""
+    """The reply `run_id` as a page holding `reply` has it after these frames: a run fragment replaces it,
+    a stream frame is applied as live.js applies it."""
     parts = TopLevel(reply).parts if reply else []
     for frame in frames:
         match = STREAM_FRAME.fullmatch(frame.strip())
         if match and match.group(1) == run_id:
             parts = apply_frame(parts, int(match.group(2)), match.group(3))
+        elif not match and f'id="reply-{run_id}"' in frame:
+            parts = TopLevel(reply_in(frame, run_id)).parts
     return "".join(parts)
 
 

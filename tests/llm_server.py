@@ -59,7 +59,8 @@ def _words(text: str) -> list[str]:
 class Text:
     text: str
     chunk_delay: float = 0.0
-    wait_event: threading.Event | None = None
+    wait_event: threading.Event | None = None  # held after the first word until set
+    end_event: threading.Event | None = None  # held after the last word (the reply still running) until set
 
     def serve(self, handler: _Handler, body: dict) -> None:
         if not handler.streaming:
@@ -71,6 +72,8 @@ class Text:
                 return
             handler.pause(self.chunk_delay)
             handler.send_delta({"content": word})
+        if self.end_event and not handler.hold(self.end_event):
+            return
         handler.finish_stream(body, "stop", len(_words(self.text)))
 
 

@@ -518,15 +518,20 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         await settle()
         await socket.disconnect()
 
-    async def test_a_socket_asks_the_owning_process_when_the_run_is_not_here(self):
-        # A run that another process is streaming: running in the database, leased, not in this process.
+    async def run_elsewhere(self, checkpoint: str) -> tuple[Run, str]:
+        """A run that another process is streaming: running in the database, leased, not in this process;
+        and a channel standing in for the owning process's run task (in the session's sync group)."""
         running = await sync_to_async(make_run)(self.shopping, "remote question", None, status=RunStatus.RUNNING)
-        await Run.objects.filter(pk=running.pk).aupdate(content="Partial from the checkpoint", finished_at=None)
+        await Run.objects.filter(pk=running.pk).aupdate(content=checkpoint, finished_at=None)
         await ChatSession.objects.filter(pk=self.shopping.pk).aupdate(
             lease_token="other", lease_expires_at=timezone.now() + timedelta(seconds=30))
+        owner = await get_channel_layer().new_channel()
+        await get_channel_layer().group_add(sync_group(self.shopping.pk), owner)
+        return running, owner
+
+    async def test_a_socket_asks_the_owning_process_when_the_run_is_not_here(self):
+        running, owner = await self.run_elsewhere("Partial from the checkpoint")
         layer = get_channel_layer()
-        owner = await layer.new_channel()  # stands in for the owning process's run task
-        await layer.group_add(sync_group(self.shopping.pk), owner)
         socket = await self.socket(self.shopping.session_id, self.alice)
         request = await layer.receive(owner)
         assert request["type"] == "chat.sync_request"
@@ -543,6 +548,37 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         frames = await frames_until(socket, is_stream_frame)
         assert "Partial from the process" in frames[0]
         assert len(frames) == 2 and streamed_html(frames, running.run_id) == "<p>Partial from the process and more</p>"
+        await socket.disconnect()
+
+
+    async def test_a_gap_in_another_processs_batches_is_filled_from_that_process(self):
+        running, owner = await self.run_elsewhere("")
+        layer = get_channel_layer()
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        first_ask = await layer.receive(owner)
+        await layer.send(first_ask["reply_channel"], {
+            "type": "chat.sync_reply", "run_id": running.run_id, "text_len": 0, "seq": 0, "segments": 0,
+            "html": f'<article id="run-{running.run_id}" hx-swap-oob="true"><div><div id="reply-{running.run_id}">'
+                    "</div></div></article>"})
+        await socket.receive_from(timeout=5)
+
+        def batch(seq, keep, html, segments):
+            return live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=running.run_id, seq=seq,
+                                         origin="elsewhere", keep=keep, html=html, segments=segments)
+
+        await batch(1, 0, "<h2>Title</h2>\n<p>one</p>\n", 1)  # in order: applied as it is
+        frames = [await socket.receive_from(timeout=5)]
+        await batch(3, 2, "<p>one two three</p>\n", 1)  # batch 2 was dropped on the way: the owner is asked
+        ask = await layer.receive(owner)
+        assert ask["type"] == "chat.sync_request" and ask["reply_channel"] == first_ask["reply_channel"]
+        await batch(4, 1, "<p>one two three four</p>\n", 1)  # held until the answer
+        await layer.send(ask["reply_channel"], {
+            "type": "chat.sync_reply", "run_id": running.run_id, "text_len": 20, "seq": 3, "segments": 1,
+            "html": f'<article id="run-{running.run_id}" hx-swap-oob="true"><div><div id="reply-{running.run_id}">'
+                    "<h2>Title</h2>\n<p>one two three</p>\n</div></div></article>"})
+        frames += await frames_until(socket, is_stream_frame)
+        assert len(frames) == 3  # batch 1, the owner's answer, batch 4 (3 was in the answer)
+        assert streamed_html(frames, running.run_id) == "<h2>Title</h2>\n<p>one two three four</p>\n"
         await socket.disconnect()
 
 
