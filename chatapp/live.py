@@ -97,6 +97,7 @@ class LiveRun:
     last_flush: float = 0.0
     stream: ReplyStream = field(default_factory=ReplyStream)  # the reply drawn as of the last batch
     seq: int = 0  # batches sent
+    pace: float = 0.0  # seconds the next batch waits at least (last drawing's CPU time / CHAT_STREAM_DRAW_SHARE)
     announced: asyncio.Event = field(default_factory=asyncio.Event)  # its chat.run_done has been sent
 
     def __post_init__(self):
@@ -121,6 +122,10 @@ class LiveRun:
     def add(self, delta: str) -> None:
         self.parts.append(delta)
         self.length += len(delta)
+
+    def flush_wait(self, batch: float, now: float) -> float:
+        """Seconds until the next batch is due (<= 0: now); the first text goes at once."""
+        return self.last_flush + max(batch, self.pace) - now
 
 
 @dataclass
@@ -573,7 +578,7 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
                 continue
             elif kind == "content":
                 live.add(event.content or "")
-                wait = live.last_flush + batch - time.monotonic()
+                wait = live.flush_wait(batch, time.monotonic())
                 if wait <= 0 and events.empty():
                     await _flush(pk, live)  # the first text goes at once; later text at most every batch
                 elif timer is None:  # (text already waiting in the queue joins this batch)
@@ -680,7 +685,10 @@ async def _flush(session_pk: int, live: LiveRun | None) -> None:
     text = live.text
     start, seen = live.flushed, len(live.stream.segments)
     live.flushed, live.last_flush = len(text), time.monotonic()
+    spent = time.thread_time()
     live.stream.feed(text)
+    # A long open block (a code block of hundreds of lines) is drawn less often; a paragraph at every batch.
+    live.pace = (time.thread_time() - spent) / settings.CHAT_STREAM_DRAW_SHARE
     live.seq += 1
     keep, html = live.stream.frame(seen)
     await asend_to_session(session_pk, "chat.tokens", run_id=live.run_id, seq=live.seq, origin=PROCESS, start=start,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import nh3
 from django.db.models import Case, Count, OuterRef, Prefetch, Q, Subquery, When, prefetch_related_objects
 from django.template.loader import render_to_string
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 from pygments import highlight
@@ -85,6 +86,11 @@ _ATTRIBUTES = {
 }
 
 
+# Built once (the policy is fixed): a third of what nh3.clean with the same arguments costs per call.
+_CLEANER = nh3.Cleaner(tags=_TAGS, attributes=_ATTRIBUTES, url_schemes={"http", "https", "mailto"},
+                       link_rel="noopener noreferrer nofollow", filter_style_properties={"text-align"})
+
+
 def markdown_tokens(text: str, env: dict) -> list:
     """The block and inline tokens of `text` (markdown-it's parse; reference definitions land in `env`)."""
     return _MARKDOWN.parse(text or "", env)
@@ -93,10 +99,7 @@ def markdown_tokens(text: str, env: dict) -> list:
 def render_markdown_tokens(tokens: list, env: dict) -> SafeString:
     """Tokens from `markdown_tokens` (all of them, or a run of whole top-level blocks) as sanitized HTML."""
     html = _MARKDOWN.renderer.render(tokens, _MARKDOWN.options, env)
-    return mark_safe(nh3.clean(  # noqa: S308 - this is the sanitizer's output
-        html, tags=_TAGS, attributes=_ATTRIBUTES, url_schemes={"http", "https", "mailto"},
-        link_rel="noopener noreferrer nofollow", filter_style_properties={"text-align"},
-    ))
+    return mark_safe(_CLEANER.clean(html))  # noqa: S308 - this is the sanitizer's output
 
 
 def render_markdown(text: str) -> SafeString:
@@ -382,9 +385,10 @@ def render_stream_frame(run_id: str, keep: int, html: str) -> str:
     """A streamed reply's update: static/chatapp/live.js keeps the first `keep` elements of #reply-<run_id>
     (its completed blocks) and puts `html` (new completed blocks, then the open one) after them. `html` is
     the sanitizer's output (chatapp/markdown_stream.py), also when it reaches here as a plain string
-    from a token batch of the channel layer, which only this server writes to."""
-    return render_to_string("chatapp/_stream_frame.html", {"run_id": run_id, "keep": keep,
-                                                           "html": mark_safe(html)})  # noqa: S308
+    from a token batch of the channel layer, which only this server writes to. (Formatted, not a template:
+    it is made per socket per batch.)"""
+    return format_html('<template data-stream-run="{}" data-keep="{}">{}</template>', run_id, int(keep),
+                       mark_safe(html))  # noqa: S308
 
 
 def render_composer_text(text: str) -> str:

@@ -251,6 +251,9 @@ LOGGING = {
 # Live replies over the websocket (chatapp/live.py).
 # Streamed text is sent to the browser in batches at most this often (seconds).
 CHAT_STREAM_BATCH_SECONDS = _number("CHAT_STREAM_BATCH_SECONDS", 0.03)
+# The share of a core a streaming reply's drawing (markdown, chatapp/markdown_stream.py) may take: a batch
+# also waits until the last batch's drawing time is this share of the time since. 1 leaves only the batch.
+CHAT_STREAM_DRAW_SHARE = _number("CHAT_STREAM_DRAW_SHARE", 0.05, minimum=0, above=True)
 # Generated titles: attempts, and the first pause between them (doubled after each failure).
 CHAT_TITLE_ATTEMPTS = _number("CHAT_TITLE_ATTEMPTS", 3, int, minimum=1)
 CHAT_TITLE_RETRY_SECONDS = _number("CHAT_TITLE_RETRY_SECONDS", 1.0)

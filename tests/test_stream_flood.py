@@ -66,7 +66,7 @@ class FloodChecks(LiveTestMixin):
     @pytest.fixture(autouse=True)
     def _layer(self, settings, request):
         settings.CHANNEL_LAYERS = {"default": self.layer_config(request)}
-        settings.CHAT_STREAM_BATCH_SECONDS = 0
+        settings.CHAT_STREAM_BATCH_SECONDS, settings.CHAT_STREAM_DRAW_SHARE = 0, 1  # a batch per token
 
     def setUp(self):
         self.alice = make_user("alice")
