@@ -902,7 +902,14 @@ class Follower:
         if seq <= shown:
             return  # covered already: by a frame drawn from the run itself, or by the catch-up
         current = live_run(self.session.pk)
-        if current is not None and current.run_id == run_id:
+        if current is not None and current.run_id == run_id and run_id not in self.have and seq > 1:
+            # Its first batch never came, so neither may have the run's fragment before it: the whole run
+            # so far (it replaces the one on the page, or is added to the transcript).
+            text, mark = current.text, current.mark
+            html = await live_run_html(current, text)
+            self.have[run_id] = mark
+            await self.send(html)
+        elif current is not None and current.run_id == run_id:
             # Run here: whatever this socket is behind on, in one frame drawn from the run's own state.
             keep, html = current.stream.frame(segments)
             self.have[run_id] = current.mark

@@ -28,7 +28,15 @@ from chatapp.rendering import render_markdown
 from sessions_core.models import Run
 from tests.e2e.conftest import redis_url  # noqa: F401  (fixture)
 from tests.factories import make_session, make_user
-from tests.live_support import ORIGIN, LiveTestMixin, frames_until, is_stream_frame, run_done, settle, streamed_html
+from tests.live_support import (
+    ORIGIN,
+    LiveTestMixin,
+    frames_until,
+    is_stream_frame,
+    run_done,
+    settle,
+    streamed_html,
+)
 from tests.llm_server import Text
 
 CAPACITY = 20  # per socket channel here; the test's own watcher holds everything
@@ -110,7 +118,10 @@ class FloodChecks(LiveTestMixin):
         SlowSocket.gate.set()  # it reads again, the run still running
         frames: list[str] = []
         await frames_until(socket, lambda f: frames.append(f) or streamed_html(frames, run_id) == render_markdown(REPLY))
-        assert sum(map(is_stream_frame, frames)) == 1  # all it was behind on, in one frame
+        # All it was behind on in one frame, not one per batch. (The in-memory layer drops the newest messages
+        # of a full channel: the run's fragment came, then one frame. Redis's drops the oldest: the run's
+        # fragment went, so its first batch did too, and the socket is sent the whole run so far instead.)
+        assert sum(map(is_stream_frame, frames)) <= 1 and len(frames) <= 5
 
         end.set()
         frames += await frames_until(socket, run_done(run_id=run_id))
