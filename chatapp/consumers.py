@@ -45,8 +45,8 @@ Outbound frames are HTML for htmx out-of-band swaps, each top-level element carr
 
 Catch-up
     If a run of this session is in flight, its fragment with the whole text so far replaces
-    `#run-<run_id>` (the page may hold an older checkpoint), and later text batches are cut so
-    nothing is shown twice. A run owned by another process is asked for over the
+    `#run-<run_id>` (the page may hold an older checkpoint), and the later batches it already has
+    are skipped, so nothing is shown twice (batches are numbered; live.py). A run owned by another process is asked for over the
     `session.<pk>.sync` group ({"type": "chat.sync_request", "reply_channel", "session_pk"}; a stop
     travels the same way as {"type": "chat.cancel", "run_id", "session_pk"}), which each process's
     one listener joins for the sessions it is running. Query parameters sent by static/chatapp/live.js on every

@@ -69,3 +69,27 @@ def test_a_reply_is_markdown_while_it_streams_and_the_same_when_it_ends(page, da
     expect(last_run(page)).to_have_attribute("data-status", "completed")
     assert last_run(page).locator(".reply").inner_html() == live_html
     assert "<strong>the shopping</strong>" in live_html and '<span class="k">return</span>' in live_html
+
+
+def test_a_tab_on_another_server_process_streams_the_same_markdown(context, daphne_pair, llm_server):
+    first, second = daphne_pair
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Two processes", name_source="user")
+    middle, end = threading.Event(), threading.Event()
+    llm_server.add(Text(REPLY, wait_event=middle, hold_after=3, end_event=end))
+    log_in(context, first.url, alice)  # cookies ignore the port: one login serves both servers
+    here, there = context.new_page(), context.new_page()
+    open_chat(here, first, session)
+    open_chat(there, second, session)  # before the reply starts: it follows the batches of the other process
+    send(here, "plan my week")
+    expect(last_run(there).locator(".reply h2")).to_have_text(re.compile(r"^Plan"))
+    middle.set()
+    for page in (here, there):
+        expect(last_run(page).locator(".reply p").last).to_have_text("That is all.")
+        expect(last_run(page)).to_have_attribute("data-status", "running")
+    live_html = last_run(here).locator(".reply").inner_html()
+    assert last_run(there).locator(".reply").inner_html() == live_html
+    end.set()
+    for page in (here, there):
+        expect(last_run(page)).to_have_attribute("data-status", "completed")
+        assert last_run(page).locator(".reply").inner_html() == live_html
