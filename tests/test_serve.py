@@ -182,7 +182,8 @@ def test_more_than_one_worker_needs_redis_and_a_count_is_a_whole_number():
 def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, settings):
     """Two tabs of one chat on different workers: a run started in one streams to both, a tab that
     reconnects mid-reply on the other worker gets the text so far from the run's worker and the rest
-    live, and Stop pressed in the other worker's tab stops the run where it runs."""
+    live, a message queued on the other worker can be dropped from the run's, and Stop pressed in the
+    other worker's tab stops the run where it runs."""
     server = served_by_two
     llm_server.side_responder = background_responder
     alice = make_user("alice")
@@ -218,20 +219,32 @@ def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, s
         rest = [re.sub(r"</?div[^>]*>", "", frame) for frame in done[:-1] if f"beforeend:#reply-{run_id}" in frame]
         assert so_far + "".join(rest) == "alpha beta gamma delta epsilon"
 
-        # Stop pressed in the tab on the other worker stops the run where it runs.
+        # A message sent meanwhile in the tab on the other worker waits there for the run, and the tab on
+        # the run's worker can drop it.
         hold = threading.Event()
-        llm_server.add(Text("one two three four five", wait_event=hold))
+        llm_server.add(Text("one two three four five", wait_event=hold), Text("The last reply."))
         here.send(json.dumps({"type": "send", "text": "count"}))
         started = receive_until(there, lambda frame: "beforeend:#reply-" in frame and "one" in frame)
         second_run = re.search(r"beforeend:#reply-([\w-]+)", started[-1]).group(1)
+        there.send(json.dumps({"type": "send", "text": "dropped before it ran"}))
+        queued = receive_until(here, lambda frame: "beforeend:#queue" in frame)
+        queued_id = re.search(r'id="queued-([\w-]+)"', queued[-1]).group(1)
+        here.send(json.dumps({"type": "stop", "queued_id": queued_id}))
+        for ws in (here, there):
+            receive_until(ws, lambda frame: f'id="queued-{queued_id}"' in frame and "Queued message removed." in frame)
+
+        # Stop pressed in the tab on the other worker stops the run where it runs.
         there.send(json.dumps({"type": "stop", "run_id": second_run}))
         for ws in (here, there):
             assert f'id="run-{second_run}"' in receive_until(ws, finished("cancelled"))[-1]
         assert llm_server.wait_for_disconnects(1, 5)  # the model's stream was closed by the worker running it
         hold.set()
+        there.send(json.dumps({"type": "send", "text": "the last one"}))  # runs after the dropped one would have
+        assert "The last reply." in receive_until(there, finished("completed"))[-1]
     finally:
         for ws in sockets:
             ws.close()
-    runs = {run.run_id: run for run in session.runs.all()}
-    assert runs[run_id].status == "completed" and runs[run_id].content == "alpha beta gamma delta epsilon"
-    assert runs[second_run].status == "cancelled" and runs[second_run].content.startswith("one")
+    runs = list(session.runs.order_by("pk"))
+    assert [(run.run_id, run.status) for run in runs[:2]] == [(run_id, "completed"), (second_run, "cancelled")]
+    assert runs[0].content == "alpha beta gamma delta epsilon" and runs[1].content.startswith("one")
+    assert [run.input for run in runs] == ["greek letters", "count", "the last one"]  # the dropped one never ran
