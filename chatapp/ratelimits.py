@@ -124,7 +124,7 @@ def by_address(request) -> str:
 
 
 def limit_sign_ins(view):
-    """The login view's limits: every POST counts per address; one is refused while its account or its
+    """The login views' limits (the app's and the admin's): every POST counts per address; one is refused while its account or its
     address has used up its wrong passwords (counted by `_count_failed_sign_in`)."""
 
     @wraps(view)

@@ -45,6 +45,8 @@ class FaviconRedirect(RedirectView):
 urlpatterns = [
     # Pages without the icon link (the admin's) make the browser ask for /favicon.ico.
     path("favicon.ico", FaviconRedirect.as_view(permanent=True)),
+    # The admin's own login form counts against the same sign-in limits (its failures are counted already).
+    path("admin/login/", limit_sign_ins(admin.site.login)),
     path("admin/", admin.site.urls),
     path("accounts/login/", limit_sign_ins(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
          name="login"),

@@ -168,6 +168,14 @@ class TestHTTPLimits(WebTestCase):
         for _ in range(30):  # signing in again and again (other tabs, other devices) is never refused
             assert self.login("bob", "pw-bob-123").status_code == 302
 
+    @override_settings(CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR=2, CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR=100)
+    def test_the_admin_login_counts_against_the_same_limits(self):
+        admin_login = lambda password: self.client.post("/admin/login/", {"username": "bob", "password": password},  # noqa: E731
+                                                        REMOTE_ADDR="10.0.0.8")
+        assert admin_login("wrong").status_code == 200 and self.login("bob", "wrong").status_code == 200
+        self.assert_429(admin_login("pw-bob-123"), "CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", 3600)
+        self.assert_429(self.login("bob", "pw-bob-123"), "CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", 3600)
+
     @override_settings(CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR=100, CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR=3)
     def test_wrong_passwords_per_address(self):
         for name in ("a", "b", "c"):
