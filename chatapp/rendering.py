@@ -424,6 +424,8 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
                    .only("version", "patch", "inverse", "source", "created_at", "run__run_id")
                    .order_by("-version")[:TIMELINE_CHANGES])
     state_json = json.dumps(session.session_state, indent=2, ensure_ascii=False)
+    defaults = list(assistant_defaults(session.component_id))
+    summary = SessionSummary.from_dict(session.summary)
     return {
         "session": session,
         "tree": state_view.tree(session.session_state, changed_keys),
@@ -432,8 +434,10 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
         "form_text": state_json if edit_text is None else edit_text,
         "form_version": session.state_version if edit_version in (None, "") else edit_version,
         "assistant_name": assistant_name(session.component_id),
-        "default_keys": list(assistant_defaults(session.component_id)),
-        "summary": SessionSummary.from_dict(session.summary),
+        "default_keys": defaults,
+        "summary": summary,
+        # An assistant without state (and nothing stored, no summary): the page shows no state panel.
+        "has_state": bool(defaults or session.session_state or changes or summary),
         **extra,
     }
 
