@@ -81,8 +81,8 @@ def test_deleting_the_open_chat_goes_to_the_next_and_keeps_the_typed_text(contex
     here.locator("#composer-text").fill("my unsent message")
 
     row = here.locator(f"#session-item-{doomed.pk}")
-    row.hover()
-    row.locator(".delete-button").click()
+    row.get_by_role("button", name="More actions for Delete me").click()
+    row.get_by_role("menuitem", name="Move to trash").click()
     for page in (here, other):  # this tab and the other one both move on, with the Undo toast
         expect(page).to_have_url(re.compile(rf"/s/{keep.session_id}/$"))
         expect(page.locator(f"#toast-{doomed.pk}")).to_contain_text("Delete me")
@@ -139,10 +139,9 @@ def test_normal_use_logs_no_console_errors(context, daphne_server, llm_server):
 
     llm_server.add(Text("Hello!"))
     actor.goto(f"{daphne_server.url}/new/")
-    actor.get_by_role("button", name="Start chatting").click()
-    expect(actor.locator(".session-area[data-live='open']")).to_have_count(1)
     actor.locator("#composer-text").fill("hi")
     actor.locator("#composer-text").press("Enter")
+    expect(actor.locator(".session-area[data-live='open']")).to_have_count(1)
     expect(actor.locator("#transcript .run[data-status=completed]")).to_have_count(1)
     new = ChatSession.objects.exclude(pk__in=[other.pk, trashed.pk]).get()
     expect(watcher.locator(f"#session-item-{new.pk}")).to_have_count(1)  # the other tab got the new chat
