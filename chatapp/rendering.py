@@ -123,11 +123,19 @@ class ToolCallView:
         except ValueError:
             return _one_line(self.arguments)
         if not isinstance(args, dict):
-            return _one_line(json.dumps(args, ensure_ascii=False))
-        if len(args) == 1 and isinstance(next(iter(args.values())), str):
-            return _one_line(next(iter(args.values())))
-        return _one_line(", ".join(f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
-                                   for key, value in args.items()))
+            return _one_line(_argument(args))
+        if len(args) == 1 and isinstance(value := next(iter(args.values())), (str, list)):
+            return _one_line(_argument(value))  # add_item · milk; add_items · milk, eggs
+        return _one_line(", ".join(f"{key}={_argument(value)}" for key, value in args.items()))
+
+
+def _argument(value) -> str:
+    """One argument as a reader writes it: a string bare, a list of plain values as "a, b", else JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(item, (str, int, float, bool)) for item in value):
+        return ", ".join(item if isinstance(item, str) else json.dumps(item) for item in value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _one_line(text: str, limit: int = 80) -> str:
