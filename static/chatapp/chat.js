@@ -511,7 +511,9 @@
     if (openMenu && !openMenu.menu.contains(event.target)) closeRowMenu(false);
   }, true);
   window.addEventListener("resize", function () { closeRowMenu(false); });
-  document.addEventListener("htmx:afterSettle", function () {
+  // htmx:load, not afterSettle: the request's own element (the menu's form) may have left the page with
+  // the swap, and its settle events then never reach the document; new content always fires load.
+  document.addEventListener("htmx:load", function () {
     if (openMenu && !openMenu.menu.isConnected) openMenu = null;  // its row was replaced
     if (!refocusRow) return;
     var active = document.activeElement;
@@ -533,7 +535,9 @@
     filter.value = "";
     results.classList.remove("active");
     results.replaceChildren();
-    if (open) htmx.trigger(filter, "search");  // a request still on its way is answered with the empty box
+    // As if typed: htmx's "input changed" trigger learns the empty value (typing the same query again
+    // searches again), and a request still on its way is followed by the empty box.
+    if (open) filter.dispatchEvent(new Event("input", {bubbles: true}));
     filter.focus();
     return open;
   }
