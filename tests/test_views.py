@@ -576,3 +576,14 @@ class TestRegenerateTitle(WebTestCase):
 def test_the_favicon_is_found_from_pages_without_the_icon_link(client):
     response = client.get("/favicon.ico")  # the admin's login page, for one: not a 404
     assert (response.status_code, response["Location"]) == (301, "/static/chatapp/favicon.svg")
+
+
+class TestStatePanelPresence(WebTestCase):
+    def test_an_assistant_without_state_gets_no_panel_and_one_with_state_does(self):
+        pages = {}
+        for assistant in ("general", "shopping"):
+            self.client.post(reverse("chat:new"), {"assistant": assistant, "text": "hello"})
+            session = ChatSession.objects.for_user(self.alice).latest("id")
+            pages[assistant] = self.client.get(reverse("chat:session", args=[session.session_id])).content.decode()
+        assert 'data-has-state="false"' in pages["general"]
+        assert 'data-has-state="true"' in pages["shopping"]
