@@ -248,3 +248,21 @@ def test_a_phones_drawers_close_on_the_backdrop_and_esc(browser, daphne_server):
     expect(toggle).to_be_focused()
     expect(toggle).to_have_attribute("aria-expanded", "false")
     context.close()
+
+
+def test_deleting_the_last_chat_lands_in_a_new_chat_with_the_undo_and_the_typed_text(page, daphne_server):
+    alice = make_user("alice")
+    only = make_session(alice, component_id="general", name="Only chat", name_source="user")
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, only)
+    page.locator("#composer-text").fill("not sent yet")
+    row = page.locator(f"#session-item-{only.pk}")
+    row.get_by_role("button", name="More actions for Only chat").click()
+    row.get_by_role("menuitem", name="Move to trash").click()
+    expect(page).to_have_url(re.compile(r"/new/$"))  # ?deleted= has done its job
+    expect(page.locator(f"#toast-{only.pk}")).to_contain_text("Only chat")
+    expect(page.locator("#composer-text")).to_have_value("not sent yet")
+    page.locator(f"#toast-{only.pk}").get_by_role("button", name="Undo").click()
+    expect(page.locator(f"#session-item-{only.pk}")).to_have_count(1)
+    only.refresh_from_db()
+    assert only.deleted_at is None
