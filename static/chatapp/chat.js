@@ -372,6 +372,10 @@
     // The server hands the text back in the box when it refuses it; the draft is saved again from there.
     try { sessionStorage.removeItem(draftKey("new")); } catch (e) { /* nothing kept */ }
   });
+  window.addEventListener("pageshow", function (event) {
+    var form = document.getElementById("composer");  // back to a new chat from the back-forward cache
+    if (event.persisted && form) delete form.dataset.sending;
+  });
 
   // --- drawers (a phone's sidebar and state panel) and the state panel's fold (desktop) ------------
   function drawers() {
