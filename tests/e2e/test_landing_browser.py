@@ -113,6 +113,18 @@ def test_a_rows_menu_works_by_keyboard_and_survives_its_swap(page, daphne_server
     session.refresh_from_db()
     assert session.name == "Weekly shop" and session.pinned_at is not None
 
+    # A row pushed from another tab brings its own menu.
+    second = page.context.new_page()
+    open_chat(second, daphne_server, other)
+    second.locator(f"#session-item-{session.pk} .session-link").dblclick()
+    second.locator(f"#session-item-{session.pk} input[name=name]").fill("Shop")
+    second.locator(f"#session-item-{session.pk} input[name=name]").press("Enter")
+    expect(row.locator(".session-title")).to_have_text("Shop")
+    row.get_by_role("button", name="More actions for Shop").click()
+    expect(row.get_by_role("menu", name="Shop").get_by_role("menuitem")).to_have_count(5)
+    page.keyboard.press("Escape")
+    expect(row.get_by_role("button", name="More actions for Shop")).to_be_focused()
+
 
 def test_search_by_keyboard_and_esc_closes_it(page, daphne_server):
     alice = make_user("alice")
