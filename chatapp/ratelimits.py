@@ -157,7 +157,9 @@ def _in_flight(user) -> int:
     return QueuedMessage.objects.filter(user=user).count() + running.count()
 
 
-def _refuse_message(user) -> str:
+def message_refusal(user) -> str:
+    """Why a message (a send, a retry, a new chat's first message) from `user` is refused now, or "" when
+    it is let through (and counted)."""
     in_flight_limit = settings.CHAT_RUNS_IN_FLIGHT
     if in_flight_limit and _in_flight(user) >= in_flight_limit:
         return (f"You have {in_flight_limit:,} replies running or waiting, the most at once "
@@ -170,4 +172,4 @@ def _refuse_message(user) -> str:
 async def refuse_message(user) -> str:
     """Why the socket refuses a message (a send or a retry) from `user` now, or "" when it is let through
     (and counted)."""
-    return await sync_to_async(_refuse_message)(user)
+    return await sync_to_async(message_refusal)(user)

@@ -120,8 +120,8 @@ class TestSocketLimits(LiveTestMixin, TransactionTestCase):
 
 
 class TestHTTPLimits(WebTestCase):
-    def new_chat(self):
-        return self.client.post(reverse("chat:new"), {"assistant": "general"})
+    def new_chat(self, text: str = "hello"):
+        return self.client.post(reverse("chat:new"), {"assistant": "general", "text": text})
 
     def assert_429(self, response, setting: str, period: int):
         assert response.status_code == 429
@@ -137,6 +137,15 @@ class TestHTTPLimits(WebTestCase):
         assert self.client.get(reverse("chat:new")).status_code == 200  # the form itself is not counted
         self.client.force_login(self.bob)  # per user
         assert self.new_chat().status_code == 302
+
+    @override_settings(CHAT_MESSAGES_PER_MINUTE=1)
+    def test_a_new_chats_first_message_counts_as_a_message(self):
+        assert self.new_chat("one").status_code == 302
+        before = ChatSession.objects.count()
+        response = self.new_chat("two, kept")
+        self.assert_429(response, "CHAT_MESSAGES_PER_MINUTE", 60)
+        assert ChatSession.objects.count() == before
+        assert ">two, kept</textarea>" in response.content.decode()  # the text comes back in the composer
 
     @override_settings(CHAT_IMPORTS_PER_HOUR=1)
     def test_imports_per_hour(self):
@@ -202,9 +211,9 @@ class TestHTTPLimits(WebTestCase):
         assert not User.objects.filter(username="frank").exists()  # nothing written
         assert self.signup("frank", "10.9.9.9").status_code == 302  # from elsewhere it works
 
-    @override_settings(CHAT_NEW_CHATS_PER_MINUTE=0, CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR=0,
-                       CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR=0, CHAT_LOGINS_PER_ADDRESS_PER_HOUR=0,
-                       CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR=0)
+    @override_settings(CHAT_NEW_CHATS_PER_MINUTE=0, CHAT_MESSAGES_PER_MINUTE=0, CHAT_RUNS_IN_FLIGHT=0,
+                       CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR=0, CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR=0,
+                       CHAT_LOGINS_PER_ADDRESS_PER_HOUR=0, CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR=0)
     def test_zero_turns_a_limit_off(self):
         assert all(self.new_chat().status_code == 302 for _ in range(30))
         assert all(self.login("bob", "wrong").status_code == 200 for _ in range(30))
