@@ -155,15 +155,16 @@ def test_a_chat_whose_database_is_down_as_the_reply_ends_completes_and_goes_on(o
         status, _, page = server.post_form("/accounts/signup/", {"username": "dana", "password1": password,
                                                                   "password2": password}, cookies)
         assert status == 302 and "sessionid" in cookies, page
-        status, headers, page = server.post_form("/new/", {"assistant": "general"}, cookies)
+        hold = threading.Event()
+        llm_server.add(Text(REPLY, wait_event=hold), Text("The next reply."))
+        # A new chat is made with its first message, which its page's socket runs once it connects.
+        status, headers, page = server.post_form("/new/", {"assistant": "general", "text": "count to twelve"},
+                                                 cookies)
         assert status == 302, page
         session_id = re.search(r"/s/([^/]+)/$", headers["location"]).group(1)
         ws = WebSocket(server.port, f"/ws/sessions/{session_id}/",
                        {"Cookie": f"sessionid={cookies['sessionid']}", "Origin": f"http://127.0.0.1:{server.port}"})
         try:
-            hold = threading.Event()
-            llm_server.add(Text(REPLY, wait_event=hold), Text("The next reply."))
-            ws.send(json.dumps({"type": "send", "text": "count to twelve"}))
             receive_until(ws, lambda frame: "beforeend:#reply-" in frame)  # the run is streaming
             own_postgres.stop()
             hold.set()
