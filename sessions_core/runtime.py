@@ -46,7 +46,7 @@ from .model_api import ModelChunk, ModelError
 from .models import ChatSession, Role, Run, RunStatus
 from .outputs import OUTPUT_CLASSES, RunOutput
 from .state_tracker import StateTracker
-from .owners import check_owner, resolve_user, user_label
+from .owners import check_owner, owner_known, resolve_user, user_label
 from .run_sql import RunStore, SessionRow
 from .storable import storable, storable_tree
 from .summary import aupdate_session_summary
@@ -294,16 +294,24 @@ class RunLoop:
         with RunStore(alias) as store:
             with store.atomic():
                 session = self._load_for_run(store, now)
+                if session is None and self.branch is None and owner_known(self.user_ref):
+                    # A new session, written with its first run at once (nothing to read: no history,
+                    # no summary, no lease); None if another run created it a moment ago.
+                    start = self._start_new(store, now)
+                    if start is not None:
+                        return start
+                    session = self._load_for_run(store, now)
                 if session is not None:
                     return self._start_on(store, session, now)
-            # A new session: made with the ORM, inside Django's transaction (a lost race rolls back a savepoint).
+            # A new session of a user named by id (found or created with the ORM), inside Django's
+            # transaction (a lost race rolls back a savepoint).
             with transaction.atomic(using=alias):
                 session = self._load_for_run(store, now) or self._create_session(store, now)
                 return self._start_on(store, session, now)
 
     def _start_on(self, store: RunStore, session: SessionRow, now) -> _Start:
         """The start step on a loaded, locked session: the lease, the run row and its first messages."""
-        config, alias = self.config, self.alias
+        alias = self.alias
         if session.lease_live:
             return _Start(busy=True, session_pk=session.pk)
         elif session.lease_token:
@@ -317,30 +325,60 @@ class RunLoop:
             follows = target.follows_id
             if source == "regenerate":
                 self.input = self.output.input = self.raw_input = target.input
+        start, first, rows, run = self._prepare_start(store, session, follows, now)
+        start.run_pk = store.start_run(
+            run={"session_pk": session.pk, **run}, messages=rows,
+            lease=(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq),
+        )
+        self._started(start, first, now)
+        return start
+
+    def _start_new(self, store: RunStore, now) -> _Start | None:
+        """The start step on a session that does not exist yet: the session (its lease taken), the run
+        row and its first messages inserted together; None, having written nothing, if it exists now."""
+        config = self.config
+        empty = SessionRow(pk=0, owner_id=None, owner_name=None, state_text="{}", state_version=0, summary=None,
+                           last_seq=0, lease_token="", lease_live=False)
+        start, first, rows, run = self._prepare_start(store, empty, None, now)
+        session = ChatSession.objects.using(self.alias).build(
+            session_id=self.session_id, owner=resolve_user(self.user_ref, self.alias), kind=config.kind,
+            component_id=config.component_id, metadata=config.session_metadata, now=now,
+            lease_token=self.lease_token, lease_expires_at=now + timedelta(seconds=LEASE_SECONDS),
+            last_seq=self.last_seq,
+        )
+        created = store.start_new_session(session=session, run=run, messages=rows)
+        if created is None:
+            return None
+        start.session_pk, start.run_pk = created
+        self._started(start, first, now)
+        return start
+
+    def _prepare_start(self, store: RunStore, session: SessionRow, follows: int | None, now):
+        """The merged state, history and first messages of a run starting on `session` (pk 0: a new
+        one), with its message rows and run row as the start step writes them (the session's id aside)."""
+        config = self.config
         merged = state_module.merge_for_run(config.session_state, session.state_text, self.run_state,
                                             config.overwrite_db_session_state)
         start = _Start(session_pk=session.pk, base_version=session.state_version, summary=session.summary,
                        base_text=session.state_text, state=merged.state, state_text=merged.text,
                        changes=merged.changes, state_error=merged.error)
-        if config.add_history_to_context:
+        if config.add_history_to_context and session.pk:  # a new session has no history yet
             start.history = history_module.history(store, session.pk, config.num_history_runs,
                                                    config.num_history_messages)
         system = prompt.system_message(config, {**start.state, **self._injected()}, self.user_id, start.summary)
         first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
         first.append(ChatMessage(role=Role.USER, content=self.input))
         rows, self.last_seq = self._message_rows(session.pk, None, first, session.last_seq, now)  # run: filled in
-        start.run_pk = store.start_run(
-            run={"run_id": self.run_id, "session_pk": session.pk, "component_id": config.component_id,
-                 "input": self.input, "model_id": self.model.id if self.model else "", "now": now,
-                 "kind": config.kind, "follows_pk": follows,
-                 "history_seqs": [m.seq for m in start.history] if config.store_history_messages else None},
-            messages=rows,
-            lease=(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq),
-        )
+        run = {"run_id": self.run_id, "component_id": config.component_id, "input": self.input,
+               "model_id": self.model.id if self.model else "", "now": now, "kind": config.kind,
+               "follows_pk": follows,
+               "history_seqs": [m.seq for m in start.history] if config.store_history_messages else None}
+        return start, first, rows, run
+
+    def _started(self, start: _Start, first: list[ChatMessage], now) -> None:
         self.output.messages = first[:-1] + start.history + first[-1:]
         self.created_at = now.timestamp()
         self.output.created_at = int(self.created_at)
-        return start
 
     def _create_session(self, store: RunStore, now) -> SessionRow:
         """A new session for this run; if another run created it a moment ago, that one (checked and locked)."""
