@@ -188,18 +188,23 @@ def serve_rounds(scenarios: dict[str, tuple[Callable[[str], object], int]], serv
     `scenarios`: name -> (run(session_id), model calls per run). "fresh" runs on a new session every
     time; every other scenario keeps one session, first grown to `long_runs` runs (untimed). Prints
     "ready", then answers each "round" line with one JSON line {name: [run wall, baseline wall, run CPU,
-    baseline CPU]} (ms), one timed run of each scenario; stops at end of input."""
+    baseline CPU]} (ms), one timed run of each scenario, in an order rotated round by round; stops at
+    any other line or at the end of input."""
     fresh = iter(range(10**9))
     for name, (run, _calls) in scenarios.items():
         if name != "fresh":
             for _ in range(long_runs):
                 assert completed(run(f"compare-{name}"))
     print("ready", flush=True)
-    for line in sys.stdin:
+    names = list(scenarios)
+    for number, line in enumerate(sys.stdin):
         if line.strip() != "round":
             break
         timings = {}
-        for name, (run, calls) in scenarios.items():
+        # The first run of a round follows the other engine's round (cold caches): each scenario takes
+        # that place in turn.
+        for name in names[number % len(names):] + names[:number % len(names)]:
+            run, calls = scenarios[name]
             session_id = f"compare-fresh-{next(fresh)}" if name == "fresh" else f"compare-{name}"
             mark = len(server.requests)
             started, started_cpu = time.perf_counter(), time.process_time()
@@ -215,12 +220,13 @@ def serve_rounds(scenarios: dict[str, tuple[Callable[[str], object], int]], serv
         print(json.dumps(timings), flush=True)
 
 
-def drive_rounds(commands: dict[str, list[str]], env: dict[str, str], rounds: int) -> tuple[dict, dict]:
-    """The parent's half: start every child, wait until each is ready, then ask each in turn for one
-    round, `rounds` times (so the engines see the same moments of the host). Returns ({engine: {scenario:
-    [timings by round]}}, {engine: the child's last line after its rounds: its own summary})."""
+def drive_rounds(commands: dict[str, tuple[list[str], dict[str, str]]], rounds: int) -> tuple[dict, dict]:
+    """The parent's half: start every child (name -> (command, environment)), wait until each is ready,
+    then ask each in turn for one round, `rounds` times (so the engines see the same moments of the
+    host). Returns ({engine: {scenario: [timings by round]}}, {engine: the child's last line after its
+    rounds: its own summary})."""
     children = {name: subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-                for name, command in commands.items()}
+                for name, (command, env) in commands.items()}
     try:
         for name, child in children.items():
             line = child.stdout.readline()

@@ -78,6 +78,8 @@ def main() -> None:
     parser.add_argument("--compare-runs", type=int, default=100, help="with --agno: timed rounds")
     parser.add_argument("--compare-length", type=int, default=300, help="with --agno: the long sessions' length")
     parser.add_argument("--show-sql", action="store_true", help="with --agno: list both engines' statements")
+    parser.add_argument("--against", metavar="CHECKOUT", help="with --agno: also this engine as another checkout "
+                        "of the project has it (a before/after in the same rounds; its engine.py needs --agno)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: the database URL of a child
     parser.add_argument("--compare-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -387,13 +389,19 @@ def compare(args) -> None:
     """This engine and Agno side by side on SQLite: each in its own child process, taking turns round by
     round, every round one timed run of each scenario plus its bare-openai baseline."""
     with tempfile.TemporaryDirectory() as tmp:
-        env = _support.child_env(f"sqlite:///{tmp}/bench.sqlite3")
-        ours = [sys.executable, __file__, "--child", env["DATABASE_URL"], "--compare-child",
-                "--compare-length", str(args.compare_length)]
-        theirs = [args.agno, str(ROOT / "bench" / "agno_engine.py"), str(args.compare_length)]
+        def ours(script: str, name: str):
+            env = _support.child_env(f"sqlite:///{tmp}/{name}.sqlite3")
+            return ([sys.executable, script, "--child", env["DATABASE_URL"], "--compare-child", "--compare-length",
+                     str(args.compare_length)], env)
+
+        commands = {"ours": ours(__file__, "ours"),
+                    "agno": ([args.agno, str(ROOT / "bench" / "agno_engine.py"), str(args.compare_length)],
+                             _support.child_env("sqlite://"))}
+        if args.against:
+            commands["before"] = ours(os.path.join(os.path.abspath(args.against), "bench", "engine.py"), "before")
         print(f"comparing with Agno: {args.compare_runs} rounds, long sessions from run {args.compare_length:,} "
               "...", file=sys.stderr, flush=True)
-        results, summaries = _support.drive_rounds({"ours": ours, "agno": theirs}, env, args.compare_runs)
+        results, summaries = _support.drive_rounds(commands, args.compare_runs)
     version = subprocess.run([args.agno, "-c", "import importlib.metadata as m; print(m.version('agno'))"],
                              capture_output=True, text=True).stdout.strip()
     print(f"\nThis engine against Agno {version} (SqliteDb), SQLite, sync path (agent.run), the same local model "
@@ -402,9 +410,10 @@ def compare(args) -> None:
              "Agno CPU", "SQL ours", "SQL Agno")]
     labels = {"fresh": "fresh session (history + state tool)",
               "history": f"history, runs {args.compare_length:,}+", "state": f"state tool, runs {args.compare_length:,}+"}
+    engines = ["ours", "agno", *(["before"] if args.against else [])]
     for scenario in COMPARE_SHAPES:
         figures = {}
-        for engine_name in ("ours", "agno"):
+        for engine_name in engines:
             timings = results[engine_name][scenario]
             figures[engine_name] = (statistics.median(t[0] for t in timings),
                                     statistics.median(t[0] - t[1] for t in timings),
@@ -413,12 +422,16 @@ def compare(args) -> None:
         rows.append((labels[scenario], f"{run_o:.2f}", f"{run_a:.2f}", f"{run_o / run_a:.2f}x", f"{own_o:.2f}",
                      f"{own_a:.2f}", f"{own_o / own_a:.2f}x", f"{cpu_o:.2f}", f"{cpu_a:.2f}",
                      str(summaries["ours"]["queries"][scenario]), str(summaries["agno"]["queries"][scenario])))
+        if args.against:
+            run_b, own_b, cpu_b = figures["before"]
+            rows.append((f"  {args.against} (before)", f"{run_b:.2f}", "", f"{run_b / run_a:.2f}x", f"{own_b:.2f}", "",
+                         f"{own_b / own_a:.2f}x", f"{cpu_b:.2f}", "", str(summaries["before"]["queries"][scenario]), ""))
     _support.print_table(rows)
     print("run = the whole agent.run; own = run minus the bare-openai replay of its requests; CPU = own, process "
           "CPU time. SQL: ours by CaptureQueriesContext (BEGIN/COMMIT/SAVEPOINT included), Agno's as SQLAlchemy "
           "hands them to the driver (COMMIT included; the driver's implicit BEGIN not).")
     if args.show_sql:
-        for engine_name in ("ours", "agno"):
+        for engine_name in engines:
             for scenario, statements in summaries[engine_name]["statements"].items():
                 print(f"\n{engine_name}, {labels[scenario]}: {len(statements)} statements")
                 for number, sql in enumerate(statements, start=1):
