@@ -77,7 +77,7 @@ _MESSAGE_FIELDS = ("session", "run", "seq", "role", "content", "tool_calls", "to
 _HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
 _RUN_FIELDS = ("run_id", "session", "parent_run", "kind", "step_name", "follows", "abandoned", "component_id", "status",
                "input", "content", "content_type", "error", "model_id", "metrics", "history_seqs",
-               "cancel_requested", "created_at")
+               "cancel_requested", "created_at", "finished_at")
 _CHANGE_FIELDS = ("session", "run", "version", "patch", "inverse", "source", "created_at")
 
 
@@ -415,15 +415,19 @@ class RunStore:
 
     def insert_run(self, *, run_id: str, session_pk: int, component_id: str, input: str, model_id: str,
                    history_seqs: list | None, now: datetime.datetime, kind: str = "agent", parent_pk: int | None = None,
-                   step_name: str = "", follows_pk: int | None = None) -> int:
+                   step_name: str = "", follows_pk: int | None = None, **outcome) -> int:
+        """A run row, running; with `outcome` (status, content, content_type, error, metrics and
+        finished_at, as `finish_run` writes them), a row that is over already."""
         params = self._run_params(run_id, session_pk, component_id, input, model_id, history_seqs, now, kind,
-                                  parent_pk, step_name, follows_pk)
+                                  parent_pk, step_name, follows_pk, **outcome)
         return self.execute(self.sql.insert_run, params).fetchone()[0]
 
     def _run_params(self, run_id, session_pk, component_id, input, model_id, history_seqs, now, kind="agent",
-                    parent_pk=None, step_name="", follows_pk=None) -> tuple:
-        return (run_id, session_pk, parent_pk, str(kind), step_name, follows_pk, False, component_id,
-                RunStatus.RUNNING.value, input, "", "str", "", model_id, self._json({}), self._json(history_seqs), False, self._datetime(now))
+                    parent_pk=None, step_name="", follows_pk=None, *, status=RunStatus.RUNNING, content="",
+                    content_type="str", error="", metrics=None, finished_at=None) -> tuple:
+        return (run_id, session_pk, parent_pk, str(kind), step_name, follows_pk, False, component_id, str(status),
+                input, content, content_type, error, model_id, self._json(metrics or {}), self._json(history_seqs),
+                False, self._datetime(now), None if finished_at is None else self._adapt_datetime(finished_at))
 
     def insert_messages(self, rows: list[tuple]) -> None:
         """Rows of (session_pk, run_pk, seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, now)."""

@@ -91,7 +91,7 @@ class RunLoop:
 
     def __init__(self, config: RunConfig, input, *, session_id: str, user, session_state: dict | None,
                  run_id: str | None = None, parent: RunLoop | None = None, step_name: str = "",
-                 source_prefix: str = "", branch: tuple[str | None, str] | None = None):
+                 source_prefix: str = "", branch: tuple[str | None, str] | None = None, row_at_end: bool = False):
         self.config = config
         self.alias = config.alias
         self.model = config.model
@@ -105,6 +105,9 @@ class RunLoop:
         self.root: RunLoop = parent.root if parent is not None else self
         self.branch = branch  # (run id, "regenerate" | "edit"): a sibling of that run (branches.py)
         self.step_name = step_name
+        # A child whose row is stored only as it ends, with its outcome, in one statement (a function
+        # step outside a Parallel: it has no messages, and nothing starts beside it to be listed after it).
+        self.row_at_end = row_at_end
         self.source_prefix = source_prefix  # "step:<name>/" or "member:<name>/" on the state changes it makes
         self.event_classes = RUN_EVENT_CLASSES.get(config.kind, RUN_EVENT_CLASSES["agent"])
         self.lease_token = secrets.token_hex(16)
@@ -128,6 +131,7 @@ class RunLoop:
         self.checkpoint_due = 0.0
         self.last_seq = 0  # the seq of the run's last message so far
         self.created_at = 0.0  # the run row's created_at, in seconds since the epoch
+        self.start_time = None  # the same as a datetime, for a row stored only as the run ends
         self.loop: asyncio.AbstractEventLoop | None = None
         # Set while the model streams.
         self.reader: asyncio.Task | None = None  # the task, while it waits for the model's next chunk
@@ -405,10 +409,13 @@ class RunLoop:
 
     # -- runs inside this run: a workflow's steps, a team's members ----------------------------------
 
-    def child(self, config: RunConfig, input, *, step_name: str, source_prefix: str) -> RunLoop:
-        """A run inside this one (a step, a member): same session, user, state and lease."""
+    def child(self, config: RunConfig, input, *, step_name: str, source_prefix: str, row_at_end: bool = False
+              ) -> RunLoop:
+        """A run inside this one (a step, a member): same session, user, state and lease. With
+        `row_at_end`, its row is stored only as it ends (a function step outside a Parallel)."""
         return RunLoop(config, input, session_id=self.session_id, user=self.user_ref, session_state=None,
-                       parent=self, step_name=step_name, source_prefix=self.source_prefix + source_prefix)
+                       parent=self, step_name=step_name, source_prefix=self.source_prefix + source_prefix,
+                       row_at_end=row_at_end and config.kind == "function")
 
     async def _child_events(self) -> AsyncIterator[BaseRunEvent]:
         root = self.root
@@ -418,7 +425,12 @@ class RunLoop:
         self.checkpoint_due = self.started + CHECKPOINT_SECONDS
         self.check_cancelled()
         defaults_changed = await self._fill_defaults()
-        await call_sync(self._start_child_sync)
+        if self.row_at_end:
+            self.start_time = timezone.now()
+            self.created_at = self.start_time.timestamp()
+            self.output.created_at = int(self.created_at)
+        else:
+            await call_sync(self._start_child_sync)
         try:
             yield self.event("started", model=self.model.id if self.model else "",
                              model_provider=self.model.provider if self.model else "", input=self.input,
@@ -488,6 +500,14 @@ class RunLoop:
 
     def _finish_child_sync(self, status: str, error: str, messages: list[ChatMessage]) -> None:
         root, now = self.root, timezone.now()
+        if self.row_at_end:  # its row, with its outcome: one statement
+            with RunStore(self.alias) as store:
+                self.run_pk = store.insert_run(
+                    run_id=self.run_id, session_pk=root.start.session_pk, component_id=self.config.component_id,
+                    input=self.input, model_id="", now=self.start_time, kind=self.config.kind,
+                    parent_pk=self.parent.run_pk, step_name=self.step_name[:200], history_seqs=None, finished_at=now,
+                    **self._outcome(status, error))
+            return
         with RunStore(self.alias) as store, store.atomic(one_statement=not messages):
             rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, messages, root.last_seq, now)
             store.insert_messages(rows)
@@ -631,7 +651,7 @@ class RunLoop:
                 tracker.working = run_context.session_state
                 source = "agentic" if call.name == self.config.agentic_state_tool else f"tool:{call.name}"
                 try:
-                    recorded = tracker.record(self.source_prefix + source, self.run_pk)
+                    recorded = tracker.record(self.source_prefix + source, self)
                 except state_module.StateNotJSONError as exc:  # the run fails, once the call is on record
                     state_error = exc
         else:
@@ -828,7 +848,8 @@ class RunLoop:
     def _change_rows(self, changes: list, first_version: int, now) -> list[tuple]:
         """StateChange rows: each names the run that made it (a step's or a member's), else this run."""
         session_pk, run_pk = self.start.session_pk, self.start.run_pk
-        return [(session_pk, change_run or run_pk, first_version + number, patch, inverse, source, now)
+        return [(session_pk, (change_run.run_pk if change_run is not None else 0) or run_pk, first_version + number,
+                 patch, inverse, source, now)
                 for number, (patch, inverse, source, change_run) in enumerate(changes, start=1)]
 
     def _outcome(self, status, error) -> dict:
@@ -843,14 +864,14 @@ class RunLoop:
         """Replay `changes` on `current`: the final state, and the changes as they apply to it (each
         diffed again, so its inverse patch undoes exactly that step and state_at() stays exact)."""
         state, rebased = current, []
-        for patch, _inverse, source, run_pk in changes:
+        for patch, _inverse, source, run in changes:
             try:
                 after = state_module.apply_patch(state, patch)
             except Exception:  # jsonpatch conflicts: the later writer's value for those keys stands
                 logger.warning("State change from %s no longer applies after a concurrent edit", source)
                 continue
             if after != state:
-                rebased.append((*state_module.diff(state, after), source, run_pk))
+                rebased.append((*state_module.diff(state, after), source, run))
                 state = after
         return state, rebased
 
