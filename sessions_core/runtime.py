@@ -15,6 +15,7 @@ import logging
 import secrets
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -91,7 +92,8 @@ class RunLoop:
 
     def __init__(self, config: RunConfig, input, *, session_id: str, user, session_state: dict | None,
                  run_id: str | None = None, parent: RunLoop | None = None, step_name: str = "",
-                 source_prefix: str = "", branch: tuple[str | None, str] | None = None, row_at_end: bool = False):
+                 source_prefix: str = "", branch: tuple[str | None, str] | None = None, row_at_end: bool = False,
+                 defer_finish: bool = False):
         self.config = config
         self.alias = config.alias
         self.model = config.model
@@ -108,6 +110,10 @@ class RunLoop:
         # A child whose row is stored only as it ends, with its outcome, in one statement (a function
         # step outside a Parallel: it has no messages, and nothing starts beside it to be listed after it).
         self.row_at_end = row_at_end
+        # A child whose messages and outcome are written with the tree's next write (the next step's
+        # start, the run's finish): a workflow's step outside a Parallel, when the next write comes at once.
+        self.defer_finish = defer_finish and not row_at_end
+        self.pending: deque = deque()  # root: [(message rows, run pk, now, outcome)] of children deferred
         self.source_prefix = source_prefix  # "step:<name>/" or "member:<name>/" on the state changes it makes
         self.event_classes = RUN_EVENT_CLASSES.get(config.kind, RUN_EVENT_CLASSES["agent"])
         self.lease_token = secrets.token_hex(16)
@@ -409,13 +415,14 @@ class RunLoop:
 
     # -- runs inside this run: a workflow's steps, a team's members ----------------------------------
 
-    def child(self, config: RunConfig, input, *, step_name: str, source_prefix: str, row_at_end: bool = False
-              ) -> RunLoop:
+    def child(self, config: RunConfig, input, *, step_name: str, source_prefix: str, row_at_end: bool = False,
+              defer_finish: bool = False) -> RunLoop:
         """A run inside this one (a step, a member): same session, user, state and lease. With
-        `row_at_end`, its row is stored only as it ends (a function step outside a Parallel)."""
+        `row_at_end`, its row is stored only as it ends (a function step); with `defer_finish`, its
+        end is written with the tree's next write (a workflow's step outside a Parallel)."""
         return RunLoop(config, input, session_id=self.session_id, user=self.user_ref, session_state=None,
                        parent=self, step_name=step_name, source_prefix=self.source_prefix + source_prefix,
-                       row_at_end=row_at_end and config.kind == "function")
+                       row_at_end=row_at_end and config.kind == "function", defer_finish=defer_finish)
 
     async def _child_events(self) -> AsyncIterator[BaseRunEvent]:
         root = self.root
@@ -426,6 +433,8 @@ class RunLoop:
         self.check_cancelled()
         defaults_changed = await self._fill_defaults()
         if self.row_at_end:
+            if root.pending:  # an earlier step's end is stored before this one runs
+                await call_sync(self._flush_sync)
             self.start_time = timezone.now()
             self.created_at = self.start_time.timestamp()
             self.output.created_at = int(self.created_at)
@@ -464,7 +473,8 @@ class RunLoop:
     def _start_child_sync(self) -> None:
         config, root, now = self.config, self.root, timezone.now()
         # A function step writes its run row alone: one statement, atomic by itself.
-        with RunStore(self.alias) as store, store.atomic(one_statement=config.kind == "function"):
+        with RunStore(self.alias) as store, store.atomic(one_statement=config.kind == "function" and not root.pending):
+            self._flush_pending(store)
             history = []
             if config.add_history_to_context:
                 history = history_module.step_history(store, root.start.session_pk, config.component_id,
@@ -493,7 +503,12 @@ class RunLoop:
         messages = self.new_messages
         if not self.config.store_tool_messages:
             messages = [m for m in messages if m.role != Role.TOOL and not m.tool_calls]
-        await call_sync(self._finish_child_sync, status, out.error, messages)
+        if self.defer_finish:
+            root, now = self.root, timezone.now()
+            rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, messages, root.last_seq, now)
+            root.pending.append((rows, self.run_pk, now, self._outcome(status, out.error)))
+        else:
+            await call_sync(self._finish_child_sync, status, out.error, messages)
         out.session_state = json.loads(self.tracker.state_text)
         out.state_version = self.tracker.version
         out.messages.extend(self.new_messages)
@@ -512,6 +527,22 @@ class RunLoop:
             rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, messages, root.last_seq, now)
             store.insert_messages(rows)
             store.finish_run(self.run_pk, state_version=None, now=now, **self._outcome(status, error))
+
+    def _flush_sync(self) -> None:
+        with RunStore(self.alias) as store, store.atomic():
+            self._flush_pending(store)
+
+    def _flush_pending(self, store: RunStore) -> None:
+        """Write the deferred ends of the tree's finished children (in the caller's transaction)."""
+        pending = self.root.pending
+        if not pending:
+            return
+        ended = []
+        while pending:
+            ended.append(pending.popleft())
+        store.insert_messages([row for rows, *_ in ended for row in rows])
+        for _rows, run_pk, now, outcome in ended:
+            store.finish_run(run_pk, state_version=None, now=now, **outcome)
 
     def _insert_messages(self, store: RunStore, session_pk: int, run_pk: int, messages: list[ChatMessage],
                          last_seq: int, now) -> int:
@@ -793,9 +824,13 @@ class RunLoop:
     def _finish_failed(self, error: str) -> None:
         """The run failed to store its outcome: mark it failed and release the lease (its replies are lost)."""
         now = timezone.now()
+        self.pending.clear()
         with transaction.atomic(using=self.alias):
             Run.objects.using(self.alias).filter(pk=self.start.run_pk).update(
                 status=RunStatus.ERROR, error=error, content=error, finished_at=now)
+            # Steps whose end was still to be written with it end with it.
+            Run.objects.using(self.alias).filter(parent_run_id=self.start.run_pk, status=RunStatus.RUNNING).update(
+                status=RunStatus.ERROR, error=error, finished_at=now)
             ChatSession.objects.using(self.alias).filter(pk=self.start.session_pk, lease_token=self.lease_token).update(
                 lease_token="", lease_expires_at=None, last_activity_at=now)
 
@@ -809,7 +844,8 @@ class RunLoop:
             # The usual case, written at once: this run still holds the lease (so it knows last_seq) and
             # nobody changed the state meanwhile (so its changes apply as they are).
             version = self.start.base_version + len(changes)
-            with store.atomic(one_statement=store.writes_in_one_statement):
+            with store.atomic(one_statement=store.writes_in_one_statement and not self.pending):
+                self._flush_pending(store)
                 message_rows, last_seq = self._message_rows(self.start.session_pk, self.start.run_pk, messages,
                                                             self.last_seq, now)
                 if store.finish(
@@ -823,6 +859,7 @@ class RunLoop:
                     return json.loads(tracker.state_text if changes else self.start.base_text), version
             # The lease was lost or the state was edited during the run: merge with the ORM.
             with transaction.atomic(using=alias):
+                self._flush_pending(store)
                 state, version, changes, last_seq = self._finish_contended(keep_state, changes, messages, now)
                 store.insert_changes(self._change_rows(changes, version - len(changes), now))
                 self._insert_messages(store, self.start.session_pk, self.start.run_pk, messages, last_seq, now)

@@ -378,7 +378,7 @@ class Step(_Primitive):
             # (after a reload too) while it runs.
             streams = inspect.isgeneratorfunction(self.executor) or inspect.isasyncgenfunction(self.executor)
             child = loop.child(config, message, step_name=self.name, source_prefix=f"step:{self.name}/",
-                               row_at_end=not (context.concurrent or streams))
+                               row_at_end=not (context.concurrent or streams), defer_finish=not context.concurrent)
             yield context.event(ev.StepStartedEvent, run_id=child.run_id, step_name=self.name,
                                 executor_type=self.executor_type, executor_name=self.executor_name,
                                 executor_id=config.component_id)
