@@ -58,6 +58,7 @@ logger = logging.getLogger("sessions_core")
 LEASE_SECONDS = 30
 HEARTBEAT_SECONDS = 10
 CHECKPOINT_SECONDS = 1.0
+FINISH_RETRY_SECONDS = 10.0  # how long storing a run's outcome is tried again while the database is unreachable
 MAX_MODEL_CALLS = 25
 
 __all__ = ["RunLoop", "RunOutput"]
@@ -757,8 +758,8 @@ class RunLoop:
 
         try:
             stop = await call_sync(save)
-        except DatabaseError:  # the text is kept here and stored at the end; the next checkpoint tries again
-            logger.warning("Run %s: a checkpoint could not be stored", self.run_id, exc_info=True)
+        except DatabaseError as exc:  # the text is kept here and stored at the end; the next checkpoint tries again
+            logger.warning("Run %s: a checkpoint could not be stored (%s: %s)", self.run_id, type(exc).__name__, exc)
             return
         if stop:
             raise Cancelled()
@@ -781,8 +782,8 @@ class RunLoop:
                 renewed = time.monotonic()
             try:
                 stop = await call_sync(beat, renew)
-            except DatabaseError:  # the database went away for a moment: beat again at the next interval
-                logger.warning("Run %s: the lease could not be renewed", self.run_id, exc_info=True)
+            except DatabaseError as exc:  # the database went away for a moment: beat again at the next interval
+                logger.warning("Run %s: the lease could not be renewed (%s: %s)", self.run_id, type(exc).__name__, exc)
                 renewed, stop = 0.0, False  # renew at the next beat
             if stop:
                 run_registry.request_cancel(self.run_id)
@@ -805,27 +806,17 @@ class RunLoop:
         if not self.config.store_tool_messages:
             messages = [m for m in messages if m.role != Role.TOOL and not m.tool_calls]
         try:
-            try:
-                out.session_state, out.state_version = await call_sync(
-                    self._finish_sync, status, error, keep_state, messages)
-            except (OperationalError, InterfaceError):
-                # The connection was lost (a restart of the server, say): its transaction rolled back
-                # whole, and call_sync dropped the connection; once more on a new one, unless the commit
-                # got through before the connection went.
-                logger.warning("Run %s: storing its outcome is tried again", self.run_id, exc_info=True)
-                stored = await call_sync(self._stored_outcome)
-                if stored is None:
-                    out.session_state, out.state_version = await call_sync(
-                        self._finish_sync, status, error, keep_state, messages)
-                else:
-                    out.session_state, out.state_version = stored
+            out.session_state, out.state_version = await self._store_outcome(status, error, keep_state, messages)
         except DatabaseError as exc:
             # The database refused the outcome: say so on the run and free the session now, rather than
             # leave the run "running" and the next one waiting for the lease to expire.
             logger.exception("Run %s in session %s: its outcome could not be stored", self.run_id, self.session_id)
             error = storable(f"The run's outcome could not be stored ({type(exc).__name__}: {exc}).")
             out.status, out.error, out.content = RunStatus.ERROR, error, error
-            await call_sync(self._finish_failed, error)
+            try:
+                await call_sync(self._finish_failed, error)
+            except DatabaseError:  # unreachable still: the run is settled as interrupted when its lease expires
+                logger.exception("Run %s: its failure could not be stored either", self.run_id)
             out.session_state, out.state_version = json.loads(self.start.base_text), self.start.base_version
         out.messages.extend(self.new_messages)
         run_registry.notify_lease_released(self.start.session_pk)
@@ -842,6 +833,27 @@ class RunLoop:
         elif status == RunStatus.ERROR:
             out.content = error
         out.metrics["duration"] = round(time.perf_counter() - self.started, 6)
+
+    async def _store_outcome(self, status, error, keep_state, messages) -> tuple[dict, int]:
+        """`_finish_sync`, tried again while what fails is the connection (the database server restarting
+        or failing over), for up to FINISH_RETRY_SECONDS: each try is one transaction on a new connection
+        (call_sync drops the lost one), and none is made once an earlier commit is found to have got
+        through before its connection went."""
+        deadline, pause, tried = time.monotonic() + FINISH_RETRY_SECONDS, 0.1, False
+        while True:
+            try:
+                stored = await call_sync(self._stored_outcome) if tried else None
+                if stored is not None:  # an earlier try's commit got through before its connection went
+                    return stored
+                tried = True
+                return await call_sync(self._finish_sync, status, error, keep_state, messages)
+            except (OperationalError, InterfaceError) as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                logger.warning("Run %s: storing its outcome is tried again (%s: %s)", self.run_id,
+                               type(exc).__name__, exc)
+            await asyncio.sleep(pause)  # a back-off between tries, not a wait for a condition
+            pause = min(pause * 2, 1.0)
 
     def _stored_outcome(self) -> tuple[dict, int] | None:
         """The session's state and version if this run's outcome is stored already, else None."""
