@@ -1,57 +1,28 @@
-"""The production start (scripts/serve): daphne with DEBUG off behind the security headers, static
+"""The production start (scripts/serve): uvicorn with DEBUG off behind the security headers, static
 files served by the app, error pages that reveal nothing, and a chat that streams over the socket."""
 
 from __future__ import annotations
 
-import base64
-import http.client
 import json
 import os
 import re
-import secrets
-import socket
-import struct
 import subprocess
 import tempfile
-import time
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from django.test import Client
 
-from tests.e2e.conftest import _free_port, _test_database_url
+from chatapp.rendering import render_markdown
+from tests.e2e.conftest import _free_port, _test_database_url, redis_url  # noqa: F401  (a fixture)
 from tests.factories import make_session, make_user
+from tests.live_support import is_stream_frame, reply_in, streamed_html
 from tests.llm_server import Text, background_responder
-from tests.server_process import ServerProcess
+from tests.serve_support import HTTPS, Server, WebSocket, finished, logged_in_socket, production_env, receive_until
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-HTTPS = {"X-Forwarded-Proto": "https"}  # as a proxy that ended TLS says it
-
-
-class Server(ServerProcess):
-    """A command serving the app on a free port, in its own process and environment."""
-
-    def __init__(self, command: list[str], env: dict[str, str]):
-        self.secret_key = env.get("SECRET_KEY", "")
-        # scripts/serve checks, migrates and collects static files first
-        super().__init__(command, env, int(env["PORT"]), start_seconds=120)
-
-    def get(self, path: str, headers: dict | None = None) -> tuple[int, dict, str]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        connection.request("GET", path, headers={"Host": "127.0.0.1", **(headers or {})})
-        response = connection.getresponse()
-        body = response.read().decode("utf-8", "replace")
-        connection.close()
-        return response.status, {key.lower(): value for key, value in response.getheaders()}, body
-
-
-
-def production_env(**extra) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("OPENAI_", "CHAT_")) and key not in ("REDIS_URL", "DEBUG", "DJANGO_SETTINGS_MODULE")}
-    env.update(SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1", TRUST_PROXY_HEADERS="true",
-               PORT=str(_free_port()), PYTHONUNBUFFERED="1", **extra)
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -131,74 +102,150 @@ def test_a_500_reveals_nothing(static_root):
 # -- a chat over the socket, through the production server ------------------------------------------
 
 
-class WebSocket:
-    """The smallest client of RFC 6455 the test needs: text frames, masked as a client must."""
-
-    def __init__(self, port: int, path: str, headers: dict[str, str]):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        key = base64.b64encode(secrets.token_bytes(16)).decode()
-        lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1", "Upgrade: websocket", "Connection: Upgrade",
-                 f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13",
-                 *(f"{name}: {value}" for name, value in headers.items())]
-        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        self.buffer = b""
-        while b"\r\n\r\n" not in self.buffer:
-            self.buffer += self.sock.recv(4096)
-        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
-        assert head.startswith(b"HTTP/1.1 101"), head
-
-    def send(self, text: str) -> None:
-        payload, mask = text.encode(), secrets.token_bytes(4)
-        length = len(payload)
-        header = bytes([0x81]) + (bytes([0x80 | length]) if length < 126 else bytes([0x80 | 126]) + struct.pack("!H", length))
-        self.sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
-
-    def _read(self, count: int) -> bytes:
-        while len(self.buffer) < count:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("the server closed the socket")
-            self.buffer += chunk
-        data, self.buffer = self.buffer[:count], self.buffer[count:]
-        return data
-
-    def receive(self) -> str:
-        first, second = self._read(2)
-        length = second & 0x7F
-        if length == 126:
-            length = struct.unpack("!H", self._read(2))[0]
-        elif length == 127:
-            length = struct.unpack("!Q", self._read(8))[0]
-        payload = self._read(length)
-        if first & 0x0F == 0x8:
-            raise ConnectionError(f"closed: {payload!r}")
-        return payload.decode()
-
-    def close(self) -> None:
-        self.sock.close()
+def session_cookie(user, settings, server: Server) -> str:
+    settings.SECRET_KEY = server.secret_key  # the session cookie made here is the server's
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_chat_streams_through_the_production_server(served, llm_server, settings):
-    settings.SECRET_KEY = served.secret_key  # the session cookie made here is the server's
     llm_server.side_responder = background_responder
     llm_server.add(Text("The production server streams this reply word by word", chunk_delay=0.02))
     alice = make_user("alice")
     session = make_session(alice, component_id="general", name="Chat")
-    client = Client()
-    client.force_login(alice)
-    cookie = client.cookies["sessionid"].value
-    origin = f"http://127.0.0.1:{served.port}"
-    ws = WebSocket(served.port, f"/ws/sessions/{session.session_id}/", {"Cookie": f"sessionid={cookie}", "Origin": origin})
+    ws = logged_in_socket(served, session, session_cookie(alice, settings, served))
     try:
         ws.send(json.dumps({"type": "send", "text": "hello"}))
-        frames = []
-        deadline = time.monotonic() + 20
-        while not any('data-status="completed"' in frame and 'hx-swap-oob="true"' in frame for frame in frames):
-            assert time.monotonic() < deadline, frames
-            frames.append(ws.receive())
+        frames = receive_until(ws, finished("completed"))
     finally:
         ws.close()
     tokens = [frame for frame in frames if frame.startswith("<template data-stream-run=")]
     assert len(tokens) >= 2  # streamed in batches, not at once
     assert "word by word" in frames[-1]
+
+
+# -- WEB_CONCURRENCY: worker processes on one port ----------------------------------------------------
+
+
+def worker_of(server: Server, ws: WebSocket) -> int:
+    """The pid of the server process holding the other end of `ws`: the kernel's table of TCP connections
+    gives the socket's inode (local port the server's, remote port this client's), and the process
+    whose open files include that socket is the worker that accepted it."""
+    client_port = ws.sock.getsockname()[1]
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, inode = fields[1], fields[2], fields[9]
+        if int(local.split(":")[1], 16) == server.port and int(remote.split(":")[1], 16) == client_port:
+            inodes.add(f"socket:[{inode}]")
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
+    owners = {int(pid) for pid in children for fd in Path(f"/proc/{pid}/fd").iterdir()
+              if os.path.islink(fd) and os.readlink(fd) in inodes}
+    assert len(owners) == 1, (inodes, children, owners)
+    return owners.pop()
+
+
+def socket_on_worker(server: Server, connect: Callable[[], WebSocket], wanted: Callable[[int], bool],
+                     attempts: int = 40) -> tuple[WebSocket, int]:
+    """Connect until a socket lands on a worker `wanted` accepts (the kernel hands each new connection
+    to whichever worker accepts first); the others are closed."""
+    for _ in range(attempts):
+        ws = connect()
+        pid = worker_of(server, ws)
+        if wanted(pid):
+            return ws, pid
+        ws.close()
+    raise AssertionError(f"no socket of {attempts} landed on the worker wanted")
+
+
+@pytest.fixture(scope="module")
+def served_by_two(request, django_db_setup, django_db_blocker, llm_server_session, static_root):
+    redis = request.getfixturevalue("redis_url")  # the browser tests' Redis (scripts/test's, or one of its own)
+    env = production_env(DATABASE_URL=_test_database_url(), STATIC_ROOT=static_root, REDIS_URL=redis,
+                         WEB_CONCURRENCY="2", OPENAI_BASE_URL=llm_server_session.base_url, OPENAI_API_KEY="test",
+                         OPENAI_TIMEOUT="10")
+    server = Server(["bash", "scripts/serve"], env)
+    yield server
+    server.stop()
+
+
+def test_more_than_one_worker_needs_redis_and_a_count_is_a_whole_number():
+    for extra, error in (({"WEB_CONCURRENCY": "2"}, "REDIS_URL: must be set"),
+                         ({"WEB_CONCURRENCY": "two"}, "WEB_CONCURRENCY: expected a whole number"),
+                         ({"WEB_CONCURRENCY": "0"}, "WEB_CONCURRENCY: expected a whole number")):
+        result = subprocess.run(["bash", "scripts/serve"], cwd=BASE_DIR, env=production_env(**extra),
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode != 0 and error in result.stderr, result.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, settings):
+    """Two tabs of one chat on different workers: a run started in one streams to both, a tab that
+    reconnects mid-reply on the other worker gets the text so far from the run's worker and the rest
+    live, a message queued on the other worker can be dropped from the run's, and Stop pressed in the
+    other worker's tab stops the run where it runs."""
+    server = served_by_two
+    llm_server.side_responder = background_responder
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Two workers", name_source="user")
+    cookie = session_cookie(alice, settings, server)
+    connect = lambda query="": logged_in_socket(server, session, cookie, query)  # noqa: E731
+    here, owner = socket_on_worker(server, connect, lambda pid: True)
+    there, other = socket_on_worker(server, connect, lambda pid: pid != owner)
+    sockets = [here, there]
+    try:
+        # A run started on one worker streams to the tab on the other.
+        hold = threading.Event()
+        llm_server.add(Text("alpha beta gamma delta epsilon", wait_event=hold))
+        here.send(json.dumps({"type": "send", "text": "greek letters"}))
+        first = receive_until(here, is_stream_frame)
+        run_id = re.search(r'data-stream-run="([\w-]+)"', first[-1]).group(1)
+        assert "alpha" in first[-1]
+        seen_there = receive_until(there, lambda frame: f'data-stream-run="{run_id}"' in frame)
+        assert "alpha" in seen_there[-1]
+
+        # A reload mid-reply, landing on the worker that does not run it, resumes it.
+        query = f"?last_run={run_id}&running={run_id}&reconnect=1"
+        reloaded, pid = socket_on_worker(server, lambda: connect(query), lambda pid: pid == other)
+        sockets.append(reloaded)
+        caught_up = receive_until(reloaded, lambda frame: f'id="run-{run_id}"' in frame)
+        assert 'data-status="running"' in caught_up[-1] and "alpha" in caught_up[-1]
+        hold.set()
+        for ws in (here, there, reloaded):
+            done = receive_until(ws, finished("completed"))
+            assert "alpha beta gamma delta epsilon" in done[-1]
+        # What the reloaded tab showed live, before the final render: the text so far, then the rest once.
+        assert streamed_html(done[:-1], run_id, reply_in(caught_up[-1], run_id)) == render_markdown(
+            "alpha beta gamma delta epsilon")
+
+        # A message sent meanwhile in the tab on the other worker waits there for the run, and the tab on
+        # the run's worker can drop it.
+        hold = threading.Event()
+        llm_server.add(Text("one two three four five", wait_event=hold), Text("The last reply."))
+        here.send(json.dumps({"type": "send", "text": "count"}))
+        started = receive_until(there, lambda frame: is_stream_frame(frame) and "one" in frame)
+        second_run = re.search(r'data-stream-run="([\w-]+)"', started[-1]).group(1)
+        there.send(json.dumps({"type": "send", "text": "dropped before it ran"}))
+        queued = receive_until(here, lambda frame: "beforeend:#queue" in frame)
+        queued_id = re.search(r'id="queued-([\w-]+)"', queued[-1]).group(1)
+        here.send(json.dumps({"type": "stop", "queued_id": queued_id}))
+        for ws in (here, there):
+            receive_until(ws, lambda frame: f'id="queued-{queued_id}"' in frame and "Queued message removed." in frame)
+
+        # Stop pressed in the tab on the other worker stops the run where it runs.
+        there.send(json.dumps({"type": "stop", "run_id": second_run}))
+        for ws in (here, there):
+            assert f'id="run-{second_run}"' in receive_until(ws, finished("cancelled"))[-1]
+        assert llm_server.wait_for_disconnects(1, 5)  # the model's stream was closed by the worker running it
+        hold.set()
+        there.send(json.dumps({"type": "send", "text": "the last one"}))  # runs after the dropped one would have
+        assert "The last reply." in receive_until(there, finished("completed"))[-1]
+    finally:
+        for ws in sockets:
+            ws.close()
+    runs = list(session.runs.order_by("pk"))
+    assert [(run.run_id, run.status) for run in runs[:2]] == [(run_id, "completed"), (second_run, "cancelled")]
+    assert runs[0].content == "alpha beta gamma delta epsilon" and runs[1].content.startswith("one")
+    assert [run.input for run in runs] == ["greek letters", "count", "the last one"]  # the dropped one never ran
