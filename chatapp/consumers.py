@@ -30,7 +30,9 @@ Outbound frames are HTML for htmx out-of-band swaps, each top-level element carr
 `hx-swap-oob` or an id:
 
     <div hx-swap-oob="beforeend:#transcript"><article id="run-…">…</article></div>   a run started
-    <div hx-swap-oob="beforeend:#reply-…">escaped text</div>                        streamed text
+    <template data-stream-run="…" data-keep="N">…</template>                        a streamed reply's
+                                                                                   frame (live.js: keep
+                                                                                   N elements, then this)
     <details id="tool-…" hx-swap-oob="true">…</details>                             a tool call row
     <article id="run-…" hx-swap-oob="true">…</article>                              a run re-rendered
                                                                                    (finished, catch-up)
@@ -43,8 +45,8 @@ Outbound frames are HTML for htmx out-of-band swaps, each top-level element carr
 
 Catch-up
     If a run of this session is in flight, its fragment with the whole text so far replaces
-    `#run-<run_id>` (the page may hold an older checkpoint), and later text batches are cut so
-    nothing is shown twice. A run owned by another process is asked for over the
+    `#run-<run_id>` (the page may hold an older checkpoint), and the later batches it already has
+    are skipped, so nothing is shown twice (batches are numbered; live.py). A run owned by another process is asked for over the
     `session.<pk>.sync` group ({"type": "chat.sync_request", "reply_channel", "session_pk"}; a stop
     travels the same way as {"type": "chat.cancel", "run_id", "session_pk"}), which each process's
     one listener joins for the sessions it is running. Query parameters sent by static/chatapp/live.js on every
@@ -52,11 +54,12 @@ Catch-up
     brings newer runs, `running` (runs the page shows as running) brings their final form, and
     `reconnect=1` re-sends the state panel and the queue.
 
-Layer events handled (type -> method): chat.html {html} (forwarded as is), chat.tokens {run_id,
-start, text} (escaped; cut by the catch-up offset), chat.run_done {run_id, html}, chat.sync_reply
-{run_id, html, text_len} (the answer to this socket's chat.sync_request). The socket's half of the
-catch-up (offsets, the request to another process, watching its lease) is `live.Follower`; this
-module parses frames and dispatches.
+Layer events handled (type -> method): chat.html {html} (forwarded as is), chat.tokens {run_id, seq,
+origin, start, end, keep, html, segments} (a numbered batch; see live.py), chat.run_done {run_id, html},
+chat.sync_reply {run_id, html, text_len, seq, segments} (the answer to this socket's chat.sync_request),
+chat.check_done {run_id} (the socket's note to itself that the run's final form came). The socket's half
+of the catch-up and of the stream (what it has of each reply, gaps, the request to another process,
+watching its lease) is `live.Follower`; this module parses frames and dispatches.
 """
 
 from __future__ import annotations
@@ -226,3 +229,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def chat_sync_reply(self, event):
         await self.follower.sync_reply(event)
+
+    async def chat_check_done(self, event):
+        await self.follower.check_done(event)

@@ -10,17 +10,22 @@ iterates `agent.arun(..., stream=True, stream_events=True)` and turns every even
 the session's channel group (so every tab of that session sees it):
 
     RunStarted       the run's `_run.html` fragment appended to #transcript (queued note removed)
-    RunContent       escaped text appended to #reply-<run_id>, batched about every 30 ms
+    RunContent       the reply so far as sanitized markdown (its completed blocks once, its open block
+                     again), a numbered frame about every 30 ms
     ToolCall*        a tool row appended to #tools-<run_id>, then replaced with its result
     StateChanged     the state panel re-rendered with the new state, mid-run
     RunCompleted /   the run re-rendered once from the database (sanitized markdown) replacing
     RunError         #run-<run_id>; the sidebar row to the user's group; a title in the background
 
-Token batches carry their character offset into the reply (`chat.tokens`), so a socket that joined
-mid-reply and received the text so far (catch-up) drops what it already has instead of showing it
-twice. A run owned by another process answers catch-up and stop requests sent to the
-`session.<pk>.sync` group, which only the owning run task joins. `Follower` is a socket's side of
-this: the consumer hands it the layer events and the query string, and sends what it returns.
+Token batches (`chat.tokens`) are numbered per run (`seq`) and carry the frame drawn once for every
+socket (chatapp/markdown_stream.py). The channel layer drops what a channel cannot hold, so a batch is
+a doorbell as much as a payload: a socket of the process running the reply draws from the run itself
+whatever it is behind on, in one frame, and skips the batches that frame covered; a socket of another
+process applies batches in order and, on a gap, asks the owning process for the reply so far. A socket
+that joined mid-reply and received the text so far (catch-up) skips the batches it already has. A run
+owned by another process answers catch-up and stop requests sent to the `session.<pk>.sync` group,
+which only the owning run task joins. `Follower` is a socket's side of this: the consumer hands it the
+layer events and the query string, and sends what it returns.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ import copy
 import json
 import logging
 import time
+import uuid
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing, suppress
@@ -39,6 +46,7 @@ from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
 from channels.db import aclose_old_connections
+from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
@@ -50,6 +58,7 @@ from sessions_core.events import RunEvent, StepStartedEvent, TeamRunStartedEvent
 from sessions_core.models import ChatSession, Message, NameSource, Role, Run, RunStatus
 
 from . import assistants, rendering, state_view, titles
+from .markdown_stream import ReplyStream
 from .broadcast import asend_to_session, push_session_row, sync_group
 from .models import QueuedMessage, new_queued_id
 
@@ -58,6 +67,8 @@ logger = logging.getLogger("chatapp.live")
 ID_MAX = 64  # the longest run or queued id a socket may send
 SYNC_WAIT_SECONDS = 3.0  # how long a socket waits for another process to answer its catch-up request
 QUEUED_STATUS = "Your message is queued; it will run after the current reply."
+PROCESS = uuid.uuid4().hex  # names this process in the token batches it sends (`origin`)
+ANNOUNCE_WAIT_SECONDS = 10.0  # at most this long for a run's final form to be sent after it leaves the runner
 
 
 # --- the process registry ---------------------------------------------------------------------------
@@ -87,6 +98,13 @@ class LiveRun:
     length: int = 0  # characters in `parts`
     flushed: int = 0  # characters already sent to the group
     last_flush: float = 0.0
+    stream: ReplyStream = field(default_factory=ReplyStream)  # the reply drawn as of the last batch
+    seq: int = 0  # batches sent
+    pace: float = 0.0  # seconds the next batch waits at least (last drawing's CPU time / CHAT_STREAM_DRAW_SHARE)
+    announced: asyncio.Event = field(default_factory=asyncio.Event)  # its chat.run_done has been sent
+
+    def __post_init__(self):
+        _recent_runs[self.run_id] = self
     tool_messages: list[Message] = field(default_factory=list)
     changed_keys: list[str] = field(default_factory=list)
     pending_changes: list[dict] = field(default_factory=list)  # timeline entries stored when the run ends
@@ -99,9 +117,18 @@ class LiveRun:
             self.parts[:] = ["".join(self.parts)]
         return self.parts[0] if self.parts else ""
 
+    @property
+    def mark(self) -> tuple[int, int]:
+        """(batches sent, completed blocks drawn): what a page shown the text so far has of the stream."""
+        return self.seq, len(self.stream.segments)
+
     def add(self, delta: str) -> None:
         self.parts.append(delta)
         self.length += len(delta)
+
+    def flush_wait(self, batch: float, now: float) -> float:
+        """Seconds until the next batch is due (<= 0: now); the first text goes at once."""
+        return self.last_flush + max(batch, self.pace) - now
 
 
 @dataclass
@@ -120,6 +147,9 @@ class SessionRunner:
 
 
 _runners: dict[int, SessionRunner] = {}
+# Live runs still referenced (by their task until their final form is sent, or by a socket's check): a run
+# of this process missing here has been announced.
+_recent_runs: weakref.WeakValueDictionary[str, LiveRun] = weakref.WeakValueDictionary()
 
 
 def live_run(session_pk: int) -> LiveRun | None:
@@ -482,10 +512,11 @@ async def _listen(channel: str) -> None:
             if message.get("type") == "chat.cancel" and live and live.run_id == message.get("run_id"):
                 await _stop_here(runner, live)
             elif message.get("type") == "chat.sync_request" and live and message.get("reply_channel"):
-                text = live.text
+                text, (seq, segments) = live.text, live.mark
                 html = await sync_to_async(_render_live_run)(live, text)
                 await layer.send(message["reply_channel"], {
                     "type": "chat.sync_reply", "run_id": live.run_id, "html": html, "text_len": len(text),
+                    "seq": seq, "segments": segments,
                 })
         except Exception:  # one bad request must not stop this process answering the others
             logger.exception("Answering %s for session %s failed", message.get("type"), message.get("session_pk"))
@@ -566,11 +597,11 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
                 continue
             elif kind == "content":
                 live.add(event.content or "")
-                wait = live.last_flush + batch - time.monotonic()
-                if wait <= 0:
+                wait = live.flush_wait(batch, time.monotonic())
+                if wait <= 0 and events.empty():
                     await _flush(pk, live)  # the first text goes at once; later text at most every batch
-                elif timer is None:
-                    timer = loop.call_later(wait, events.put_nowait, _FLUSH)
+                elif timer is None:  # (text already waiting in the queue joins this batch)
+                    timer = loop.call_later(max(wait, 0), events.put_nowait, _FLUSH)
             elif kind == "tool":
                 if event.tool.tool_name != rendering.DELEGATE_TOOL:  # a delegation is shown as the member's row
                     await _flush(pk, live)
@@ -666,13 +697,21 @@ def _note_tool(live: LiveRun, event) -> str:
 
 
 async def _flush(session_pk: int, live: LiveRun | None) -> None:
-    """Send the reply text not yet sent, as one batch with its offset."""
+    """Send the reply text not yet sent as one numbered batch: drawn once here for every socket (the blocks
+    completed since the last batch and the open one), with the character range it adds."""
     if live is None or live.flushed >= live.length:
         return
     text = live.text
-    start, chunk = live.flushed, text[live.flushed :]
+    start, seen = live.flushed, len(live.stream.segments)
     live.flushed, live.last_flush = len(text), time.monotonic()
-    await asend_to_session(session_pk, "chat.tokens", run_id=live.run_id, start=start, text=chunk)
+    spent = time.thread_time()
+    live.stream.feed(text)
+    # A long open block (a code block of hundreds of lines) is drawn less often; a paragraph at every batch.
+    live.pace = (time.thread_time() - spent) / settings.CHAT_STREAM_DRAW_SHARE
+    live.seq += 1
+    keep, html = live.stream.frame(seen)
+    await asend_to_session(session_pk, "chat.tokens", run_id=live.run_id, seq=live.seq, origin=PROCESS, start=start,
+                           end=len(text), keep=keep, html=html, segments=len(live.stream.segments))
 
 
 _STATUS_NOTES = {
@@ -699,6 +738,7 @@ async def _finished(runner: SessionRunner, item: Pending, live: LiveRun) -> None
     runner.current = None
     note, kind = _STATUS_NOTES.get(status, ("Reply finished.", "info"))
     await asend_to_session(pk, "chat.run_done", run_id=live.run_id, html=html + rendering.render_status(note, kind))
+    live.announced.set()
     await push_session_row(pk, runner.owner_pk, to_top=True)
     if status == RunStatus.COMPLETED and session.name_source in (NameSource.NONE, NameSource.FALLBACK):
         titles.start_title(session, item.user)
@@ -752,8 +792,9 @@ async def state_panel_html(session: ChatSession) -> str:
 
 
 class Follower:
-    """One socket's side of the catch-up: what it is sent when it connects, and the reply text cut to
-    what it has not shown yet. The consumer makes one per socket and hands it the layer events.
+    """One socket's side of the live view: what it is sent when it connects, and each streamed reply's
+    frames, in order, none missed and none twice. The consumer makes one per socket and hands it the
+    layer events.
 
     `send` sends HTML to this socket only; `channel_name` is the socket's own channel, where another
     process answers a catch-up request (`chat.sync_reply`).
@@ -763,7 +804,10 @@ class Follower:
         self.session = session
         self.channel_name = channel_name
         self.send = send
-        self.offsets: dict[str, int] = {}  # run id -> characters of its reply this socket has
+        self.have: dict[str, tuple[int, int]] = {}  # run id -> (its last batch shown, its completed blocks shown)
+        self.finished: set[str] = set()  # runs shown in their final form: later batches are stale
+        self.checking: set[str] = set()  # runs ended here whose final form this socket has not had yet
+        self.tasks: set[asyncio.Task] = set()  # those checks
         self.waiting_sync: str | None = None  # run id whose text another process was asked for
         self.held: list[dict] = []  # chat.tokens received while waiting for that text
         self.watcher: asyncio.Task | None = None  # watches the lease of a run in another process...
@@ -772,6 +816,8 @@ class Follower:
     def close(self) -> None:
         if self.watcher is not None:
             self.watcher.cancel()
+        for task in self.tasks:
+            task.cancel()
 
     async def catch_up(self, query_string: bytes) -> None:
         """Bring a page that just (re)connected up to date; `query_string` is the socket's (see consumers)."""
@@ -779,7 +825,8 @@ class Follower:
         first = {key: values[0] for key, values in params.items() if values}
         pk = self.session.pk
         current = live_run(pk)
-        text = current.text if current else ""  # taken now: later batches carry offsets past it, or are cut
+        # Taken now: later batches are numbered past this mark, or are skipped.
+        text, mark = (current.text, current.mark) if current else ("", (0, 0))
         append = False
         settled = ""
         idle = current is None and not await running_elsewhere(self.session)
@@ -805,17 +852,23 @@ class Follower:
             await adopt_orphans(self.session)
         if current is not None:
             await self.send(await live_run_html(current, text, append=append))
-            self.offsets[current.run_id] = len(text)
+            self.have[current.run_id] = mark
         elif not idle:  # current is None here, so a run holds the lease: another process's
             run = await Run.objects.filter(session_id=pk, status=RunStatus.RUNNING).order_by("-pk").afirst()
             if run is not None:
-                self.waiting_sync = run.run_id
-                await get_channel_layer().group_send(
-                    sync_group(pk), {"type": "chat.sync_request", "reply_channel": self.channel_name, "session_pk": pk}
-                )
-                asyncio.get_running_loop().call_later(SYNC_WAIT_SECONDS, self._give_up_sync, run.run_id)
+                await self._ask_owner(run.run_id)
                 self.watched = run.run_id
                 self.watcher = asyncio.create_task(self._watch_lease(run.run_id), name=f"chat-lease-watch-{pk}")
+
+    async def _ask_owner(self, run_id: str) -> None:
+        """Ask the process running `run_id` for its reply so far (answered with `chat.sync_reply`);
+        batches arriving meanwhile are held until then."""
+        pk = self.session.pk
+        self.waiting_sync = run_id
+        await get_channel_layer().group_send(
+            sync_group(pk), {"type": "chat.sync_request", "reply_channel": self.channel_name, "session_pk": pk}
+        )
+        asyncio.get_running_loop().call_later(SYNC_WAIT_SECONDS, self._give_up_sync, run_id)
 
     async def _watch_lease(self, run_id: str) -> None:
         """A run of another process: should that process stop, show the run as interrupted when its
@@ -827,15 +880,28 @@ class Follower:
         await adopt_orphans(self.session)
         html, _ = await missed_html(pk, None, run_id)  # the run's final form, whoever ended it
         if html:
-            self.offsets.pop(run_id, None)
-            if run_id == self.waiting_sync:
-                self.waiting_sync, self.held = None, []
+            self._ended(run_id)
             await self.send(html + (rendering.render_status(*INTERRUPTED_NOTE) if settled else ""))
 
+    def _ended(self, run_id: str) -> None:
+        self.have.pop(run_id, None)
+        self.finished.add(run_id)
+        if run_id == self.waiting_sync:
+            self.waiting_sync, self.held = None, []
+
+    async def _show_stored(self, run_id: str) -> None:
+        """The run's final form as stored, if it has ended (its own chat.run_done may have been dropped)."""
+        html, _ = await missed_html(self.session.pk, None, run_id)
+        if html:
+            self._ended(run_id)
+            await self.send(html)
+
     def _give_up_sync(self, run_id: str) -> None:
-        # The owning process did not answer (it may have died): show whatever arrives from now on.
+        # The owning process did not answer (it may have ended the run, or died): show the run as stored
+        # if it has ended; otherwise the next batch finds the gap and asks again.
         if self.waiting_sync == run_id:
-            asyncio.ensure_future(self._release_held())
+            self.waiting_sync, self.held = None, []
+            asyncio.ensure_future(self._show_stored(run_id))
 
     async def _release_held(self) -> None:
         self.waiting_sync = None
@@ -844,27 +910,66 @@ class Follower:
             await self.tokens(event)
 
     async def tokens(self, event: dict) -> None:
-        """`chat.tokens`: a batch of reply text, less what this socket already shows."""
-        run_id, start, text = event["run_id"], event["start"], event["text"]
+        """`chat.tokens`: a numbered batch of a streaming reply; the socket is sent what it does not show yet."""
+        run_id, seq = event["run_id"], event["seq"]
+        if run_id in self.finished:
+            return
         if run_id == self.waiting_sync:
             self.held.append(event)
             return
-        have = self.offsets.get(run_id)
-        if have is not None:
-            end = start + len(text)
-            if end <= have:
-                return  # already shown by the catch-up
-            text = text[max(0, have - start):]
-            self.offsets[run_id] = end
-        await self.send(rendering.render_tokens(run_id, text))
+        shown, segments = self.have.get(run_id, (0, 0))
+        if seq <= shown:
+            return  # covered already: by a frame drawn from the run itself, or by the catch-up
+        current = live_run(self.session.pk)
+        if current is not None and current.run_id == run_id and run_id not in self.have and seq > 1:
+            # Its first batch never came, so neither may have the run's fragment before it: the whole run
+            # so far (it replaces the one on the page, or is added to the transcript).
+            text, mark = current.text, current.mark
+            html = await live_run_html(current, text)
+            self.have[run_id] = mark
+            await self.send(html)
+        elif current is not None and current.run_id == run_id:
+            # Run here: whatever this socket is behind on, in one frame drawn from the run's own state.
+            keep, html = current.stream.frame(segments)
+            self.have[run_id] = current.mark
+            await self.send(rendering.render_stream_frame(run_id, keep, html))
+        elif event.get("origin") == PROCESS:
+            # It ran here and has ended since. Its chat.run_done is behind this batch in the socket's
+            # channel, unless the layer dropped it: a note queued behind it to this socket finds out.
+            if run_id not in self.checking:
+                self.checking.add(run_id)
+                task = asyncio.create_task(self._check_done_later(run_id), name=f"chat-check-done-{run_id}")
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+        elif seq == shown + 1:
+            self.have[run_id] = (seq, event["segments"])
+            await self.send(rendering.render_stream_frame(run_id, event["keep"], event["html"]))
+        else:  # batches of another process's run were dropped on the way: ask it for the reply so far
+            await self._ask_owner(run_id)
+            self.held.append(event)
+
+    async def _check_done_later(self, run_id: str) -> None:
+        live = _recent_runs.get(run_id)
+        if live is not None:  # its final form is being sent: the note must queue behind it
+            with suppress(TimeoutError):
+                await asyncio.wait_for(live.announced.wait(), ANNOUNCE_WAIT_SECONDS)
+            del live
+        try:
+            await get_channel_layer().send(self.channel_name, {"type": "chat.check_done", "run_id": run_id})
+        except ChannelFull:  # this socket is that far behind: its final form was surely dropped
+            await self.check_done({"run_id": run_id})
+
+    async def check_done(self, event: dict) -> None:
+        """`chat.check_done`: this socket's own note (see `tokens`); the run's final form if it never came."""
+        self.checking.discard(event["run_id"])
+        if event["run_id"] not in self.finished:
+            await self._show_stored(event["run_id"])
 
     async def run_done(self, event: dict) -> None:
         """`chat.run_done`: a run's final form."""
-        self.offsets.pop(event["run_id"], None)
+        self._ended(event["run_id"])
         if event["run_id"] == self.watched and self.watcher is not None:
             self.watcher.cancel()  # the run ended in its own process: nothing left to watch for
-        if event["run_id"] == self.waiting_sync:
-            self.waiting_sync, self.held = None, []
         await self.send(event["html"])
 
     async def sync_reply(self, event: dict) -> None:
@@ -872,5 +977,5 @@ class Follower:
         if event["run_id"] != self.waiting_sync:
             return
         await self.send(event["html"])
-        self.offsets[event["run_id"]] = event["text_len"]
+        self.have[event["run_id"]] = (event["seq"], event["segments"])
         await self._release_held()

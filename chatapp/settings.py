@@ -155,16 +155,23 @@ else:
     DATABASES["default"].setdefault("TEST", {"NAME": "test_" + DATABASES["default"]["NAME"]})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Messages a socket's channel holds before the layer drops new ones (both layers drop without a word; the
+# default of both is 100). A streamed reply never loses text to it (chatapp/live.py coalesces and
+# resynchronises), but a socket that far behind would lose the other updates: this bounds how far behind
+# a socket may fall, and the memory a stalled one holds (a message is one batch of a reply, or a fragment).
+CHAT_CHANNEL_CAPACITY = _number("CHAT_CHANNEL_CAPACITY", 1000, int, minimum=10)
 REDIS_URL = _env(env.str, "REDIS_URL", "")
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         _refuse("REDIS_URL", REDIS_URL, "expected a URL starting with redis://, rediss:// or unix://")
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                  "CONFIG": {"hosts": [REDIS_URL], "capacity": CHAT_CHANNEL_CAPACITY}}}
     # The rate limits' counters (chatapp/ratelimits.py) too, so a limit holds across server processes.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
                           "KEY_PREFIX": "chatapp"}}
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer",
+                                  "CONFIG": {"capacity": CHAT_CHANNEL_CAPACITY}}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # The model. With no OpenAI settings the built-in offline demo model answers.
@@ -244,6 +251,9 @@ LOGGING = {
 # Live replies over the websocket (chatapp/live.py).
 # Streamed text is sent to the browser in batches at most this often (seconds).
 CHAT_STREAM_BATCH_SECONDS = _number("CHAT_STREAM_BATCH_SECONDS", 0.03)
+# The share of a core a streaming reply's drawing (markdown, chatapp/markdown_stream.py) may take: a batch
+# also waits until the last batch's drawing time is this share of the time since. 1 leaves only the batch.
+CHAT_STREAM_DRAW_SHARE = _number("CHAT_STREAM_DRAW_SHARE", 0.05, minimum=0, above=True)
 # Generated titles: attempts, and the first pause between them (doubled after each failure).
 CHAT_TITLE_ATTEMPTS = _number("CHAT_TITLE_ATTEMPTS", 3, int, minimum=1)
 CHAT_TITLE_RETRY_SECONDS = _number("CHAT_TITLE_RETRY_SECONDS", 1.0)

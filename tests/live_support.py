@@ -4,8 +4,8 @@ real session cookie, and readers for the HTML frames the server sends."""
 from __future__ import annotations
 
 import asyncio
-import html
 import re
+from html.parser import HTMLParser
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -20,7 +20,7 @@ from tests.llm_server import summary_responder
 
 ORIGIN = (b"origin", b"http://localhost")
 RUN_ID = re.compile(r'id="run-([0-9a-f-]{36})"')
-TOKENS = re.compile(r'<div hx-swap-oob="beforeend:#reply-([0-9a-f-]{36})">(.*?)</div>', re.DOTALL)
+STREAM_FRAME = re.compile(r'<template data-stream-run="([^"]+)" data-keep="(\d+)">(.*)</template>', re.DOTALL)
 
 
 class LiveTestMixin:
@@ -92,13 +92,67 @@ def started_run_id(frames: list[str]) -> str:
     raise AssertionError("no run started")
 
 
-def streamed_text(frames: list[str], run_id: str) -> str:
-    """The text of the token frames for one run, unescaped and joined."""
-    return "".join(html.unescape(text) for frame in frames for rid, text in TOKENS.findall(frame) if rid == run_id)
+class TopLevel(HTMLParser):
+    """A fragment cut into its top-level elements, each with the text that follows it (as the DOM holds it)."""
+
+    def __init__(self, html: str):
+        super().__init__(convert_charrefs=False)
+        self.depth, self.starts, self.html = 0, [], html
+        self.feed(html)
+        self.close()
+        bounds = [*self.starts, len(html)]
+        self.lead = html[: bounds[0]]  # text before the first element
+        self.parts = [html[a:b] for a, b in zip(bounds, bounds[1:])]
+
+    def _cut(self) -> None:
+        line, column = self.getpos()
+        self.starts.append(sum(len(row) for row in self.html.splitlines(keepends=True)[: line - 1]) + column)
+
+    def handle_starttag(self, tag, attrs):
+        if self.depth == 0:
+            self._cut()
+        if tag not in ("br", "hr"):
+            self.depth += 1
+
+    def handle_startendtag(self, tag, attrs):
+        if self.depth == 0:
+            self._cut()
+
+    def handle_endtag(self, tag):
+        self.depth -= 1
 
 
-def token_frames(frames: list[str]) -> list[str]:
-    return [frame for frame in frames if TOKENS.search(frame)]
+def apply_frame(reply: list[str], keep: int, html: str) -> list[str]:
+    """What static/chatapp/live.js does with a stream frame: keep the reply's first `keep` elements, then
+    the frame's elements."""
+    fragment = TopLevel(html)
+    assert not fragment.lead.strip(), fragment.lead
+    return reply[:keep] + fragment.parts
+
+
+def is_stream_frame(frame: str) -> bool:
+    return frame.startswith("<template data-stream-run=")
+
+
+def streamed_html(frames: list[str], run_id: str, reply: str = "") -> str:
+    """The reply `run_id` as a page holding `reply` has it after these frames: a run fragment replaces it,
+    a stream frame is applied as live.js applies it."""
+    parts = TopLevel(reply).parts if reply else []
+    for frame in frames:
+        match = STREAM_FRAME.fullmatch(frame.strip())
+        if match and match.group(1) == run_id:
+            parts = apply_frame(parts, int(match.group(2)), match.group(3))
+        elif not match and f'id="reply-{run_id}"' in frame:
+            parts = TopLevel(reply_in(frame, run_id)).parts
+    return "".join(parts)
+
+
+def reply_in(html: str, run_id: str) -> str:
+    """The content of #reply-<run_id> in a run fragment."""
+    match = re.search(rf'id="reply-{re.escape(run_id)}">(.*?)</div>\s*(?:<p class="run-note|<div class="run-|<footer|</div>\s*</article>)',
+                      html, re.DOTALL)
+    assert match, html
+    return match.group(1)
 
 
 async def layer_listener(group: str) -> str:

@@ -59,7 +59,9 @@ def _words(text: str) -> list[str]:
 class Text:
     text: str
     chunk_delay: float = 0.0
-    wait_event: threading.Event | None = None
+    wait_event: threading.Event | None = None  # held after `hold_after` words until set
+    end_event: threading.Event | None = None  # held after the last word (the reply still running) until set
+    hold_after: int = 1
 
     def serve(self, handler: _Handler, body: dict) -> None:
         if not handler.streaming:
@@ -67,10 +69,12 @@ class Text:
             return
         handler.start_stream()
         for position, word in enumerate(_words(self.text)):
-            if position == 1 and self.wait_event and not handler.hold(self.wait_event):
+            if position == self.hold_after and self.wait_event and not handler.hold(self.wait_event):
                 return
             handler.pause(self.chunk_delay)
             handler.send_delta({"content": word})
+        if self.end_event and not handler.hold(self.end_event):
+            return
         handler.finish_stream(body, "stop", len(_words(self.text)))
 
 

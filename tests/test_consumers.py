@@ -21,6 +21,7 @@ from chatapp.asgi import application
 from chatapp.broadcast import session_group, sync_group
 from chatapp.models import QueuedMessage
 from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus
+from chatapp.rendering import render_markdown
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import (
     ORIGIN,
@@ -29,9 +30,10 @@ from tests.live_support import (
     layer_listener,
     run_done,
     settle,
+    is_stream_frame,
+    reply_in,
     started_run_id,
-    streamed_text,
-    token_frames,
+    streamed_html,
 )
 from tests.llm_server import Error, Text, ToolCalls, is_summary_request
 
@@ -237,11 +239,14 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         assert pending.findall(frames[panels[0]]) == ["2"] and pending.findall(frames[panels[1]]) == ["3", "2"]
         assert "saving with the reply" in frames[panels[1]] and "state/v3/" not in frames[panels[1]]
         assert not pending.findall(frames[done]) and "state/v3/" in frames[done]  # stored: links again
-        # Escaped while streaming, batched (fewer frames than words), complete.
-        tokens = token_frames(frames)
-        text = streamed_text(frames, run_id)
-        assert text == "I added **milk** and *eggs* to your list, so you are all set for the week."
+        # Markdown while streaming, batched (fewer frames than words), complete: the final render's HTML.
+        text = "I added **milk** and *eggs* to your list, so you are all set for the week."
+        tokens = [frame for frame in frames if is_stream_frame(frame)]
         assert 1 <= len(tokens) < len(text.split())
+        assert reply_in(frames[done], run_id) == render_markdown(text)
+        # Each frame shows the text so far (the last batches may have come after the end: the final form has them).
+        streamed = streamed_html(frames, run_id)
+        assert any(streamed == render_markdown(text[:n]) for n in range(len(text) // 2, len(text) + 1))
         # The final fragment is the sanitized markdown, plus the state panel as stored.
         assert "<strong>milk</strong>" in frames[done] and "<em>eggs</em>" in frames[done]
         assert 'id="state-panel"' in frames[done] and "eggs" in frames[done]
@@ -261,7 +266,7 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
                                                     name_source=NameSource.USER)
         socket = await self.socket(session.session_id, self.alice)
         await self.send(socket, "one")
-        await frames_until(socket, lambda f: "beforeend:#reply-" in f)
+        await frames_until(socket, is_stream_frame)
         await self.send(socket, "two")
         frames = await frames_until(socket, lambda f: "beforeend:#queue" in f)
         assert "Queued: will run after the current reply" in frames[-1]
@@ -301,7 +306,7 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         self.llm.add(Text("partial words that never arrive", wait_event=hold))
         socket = await self.socket(self.shopping.session_id, self.alice)
         await self.send(socket, "write a long story")
-        frames = await frames_until(socket, lambda f: "beforeend:#reply-" in f)
+        frames = await frames_until(socket, is_stream_frame)
         run_id = started_run_id(frames)
         await socket.send_to(text_data=json.dumps({"type": "stop", "run_id": run_id}))
         frames = await frames_until(socket, run_done("cancelled"))
@@ -320,7 +325,7 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         self.llm.add(Text("hello there friend", wait_event=hold))
         socket = await self.socket(self.shopping.session_id, self.alice)
         await self.send(socket, "hi")
-        await frames_until(socket, lambda f: "beforeend:#reply-" in f)
+        await frames_until(socket, is_stream_frame)
         await socket.send_to(text_data=json.dumps({"type": "stop"}))
         await frames_until(socket, run_done("cancelled"))
         await settle()
@@ -332,20 +337,24 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         self.llm.add(Text("alpha beta gamma delta", wait_event=hold))
         first = await self.socket(self.shopping.session_id, self.alice)
         await self.send(first, "greek letters please")
-        frames = await frames_until(first, lambda f: "beforeend:#reply-" in f)
+        frames = await frames_until(first, is_stream_frame)
         run_id = started_run_id(frames)
-        assert streamed_text(frames, run_id) == "alpha "
+        assert streamed_html(frames, run_id) == "<p>alpha</p>\n"
 
         second = await self.socket(self.shopping.session_id, self.alice)
         catch_up = await second.receive_from(timeout=5)
         assert f'id="run-{run_id}"' in catch_up and 'hx-swap-oob="true"' in catch_up
-        assert f'id="reply-{run_id}">alpha </div>' in catch_up
+        assert reply_in(catch_up, run_id) == "<p>alpha</p>\n"
         # A batch the socket already has (as a slower process might still deliver it) is dropped.
-        await live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=run_id, start=0, text="alpha ")
+        await live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=run_id, seq=1, origin="elsewhere",
+                                    keep=0, html="<p>alpha</p>", segments=0)
+        await live.asend_to_session(self.shopping.pk, "chat.html", html="<i>after the stale batch</i>")
+        assert await second.receive_from(timeout=5) == "<i>after the stale batch</i>"
         hold.set()
         frames = await frames_until(second, run_done())
-        assert streamed_text(frames, run_id) == "beta gamma delta"
-        assert "alpha" not in "".join(token_frames(frames))
+        assert reply_in(frames[-1], run_id) == "<p>alpha beta gamma delta</p>\n"
+        assert all(streamed_html(frames[:n], run_id, reply_in(catch_up, run_id)).startswith("<p>alpha")
+                   for n in range(len(frames)))
         await settle()
         for socket in (first, second):
             await socket.disconnect()
@@ -355,7 +364,7 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         self.llm.add(ToolCalls([("add_item", {"item": "bread"})]), Text("Added bread for you.", wait_event=hold))
         first = await self.socket(self.shopping.session_id, self.alice)
         await self.send(first, "add bread")
-        frames = await frames_until(first, lambda f: "beforeend:#reply-" in f)
+        frames = await frames_until(first, is_stream_frame)
         run_id = started_run_id(frames)
         second = await self.socket(self.shopping.session_id, self.alice)
         catch_up = await second.receive_from(timeout=5)
@@ -492,7 +501,7 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         self.llm.add(Text("one two three", wait_event=hold))
         socket = await self.socket(self.shopping.session_id, self.alice)
         await self.send(socket, "count")
-        frames = await frames_until(socket, lambda f: "beforeend:#reply-" in f)
+        frames = await frames_until(socket, is_stream_frame)
         run_id = started_run_id(frames)
         layer = get_channel_layer()
         reply_to = await layer.new_channel()
@@ -500,7 +509,8 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
                                                               "session_pk": self.shopping.pk})
         answer = await layer.receive(reply_to)
         assert answer["type"] == "chat.sync_reply" and answer["run_id"] == run_id
-        assert answer["text_len"] == len("one ") and f'id="reply-{run_id}">one </div>' in answer["html"]
+        assert answer["text_len"] == len("one ") and reply_in(answer["html"], run_id) == "<p>one</p>\n"
+        assert (answer["seq"], answer["segments"]) == (1, 0)  # what that page has of the stream
         # A stop asked through the same group (as another process does) stops the run here.
         await layer.group_send(sync_group(self.shopping.pk), {"type": "chat.cancel", "run_id": run_id,
                                                               "session_pk": self.shopping.pk})
@@ -508,28 +518,67 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         await settle()
         await socket.disconnect()
 
-    async def test_a_socket_asks_the_owning_process_when_the_run_is_not_here(self):
-        # A run that another process is streaming: running in the database, leased, not in this process.
+    async def run_elsewhere(self, checkpoint: str) -> tuple[Run, str]:
+        """A run that another process is streaming: running in the database, leased, not in this process;
+        and a channel standing in for the owning process's run task (in the session's sync group)."""
         running = await sync_to_async(make_run)(self.shopping, "remote question", None, status=RunStatus.RUNNING)
-        await Run.objects.filter(pk=running.pk).aupdate(content="Partial from the checkpoint", finished_at=None)
+        await Run.objects.filter(pk=running.pk).aupdate(content=checkpoint, finished_at=None)
         await ChatSession.objects.filter(pk=self.shopping.pk).aupdate(
             lease_token="other", lease_expires_at=timezone.now() + timedelta(seconds=30))
+        owner = await get_channel_layer().new_channel()
+        await get_channel_layer().group_add(sync_group(self.shopping.pk), owner)
+        return running, owner
+
+    async def test_a_socket_asks_the_owning_process_when_the_run_is_not_here(self):
+        running, owner = await self.run_elsewhere("Partial from the checkpoint")
         layer = get_channel_layer()
-        owner = await layer.new_channel()  # stands in for the owning process's run task
-        await layer.group_add(sync_group(self.shopping.pk), owner)
         socket = await self.socket(self.shopping.session_id, self.alice)
         request = await layer.receive(owner)
         assert request["type"] == "chat.sync_request"
-        # A batch arriving before the answer is held, then cut against the answer's offset.
-        await live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=running.run_id, start=0,
-                                    text="Partial from the process and more")
+        # Batches arriving before the answer are held, then those the answer covers are skipped.
+        for seq, html in enumerate(["<p>Partial</p>", "<p>Partial from the process</p>",
+                                    "<p>Partial from the process and more</p>"], start=1):
+            await live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=running.run_id, seq=seq,
+                                        origin="elsewhere", keep=0, html=html, segments=0)
         await layer.send(request["reply_channel"], {
             "type": "chat.sync_reply", "run_id": running.run_id, "text_len": len("Partial from the process"),
             "html": f'<article id="run-{running.run_id}" hx-swap-oob="true">Partial from the process</article>',
+            "seq": 2, "segments": 0,
         })
-        frames = await frames_until(socket, lambda f: "beforeend:#reply-" in f)
+        frames = await frames_until(socket, is_stream_frame)
         assert "Partial from the process" in frames[0]
-        assert streamed_text(frames, running.run_id) == " and more"
+        assert len(frames) == 2 and streamed_html(frames, running.run_id) == "<p>Partial from the process and more</p>"
+        await socket.disconnect()
+
+
+    async def test_a_gap_in_another_processs_batches_is_filled_from_that_process(self):
+        running, owner = await self.run_elsewhere("")
+        layer = get_channel_layer()
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        first_ask = await layer.receive(owner)
+        await layer.send(first_ask["reply_channel"], {
+            "type": "chat.sync_reply", "run_id": running.run_id, "text_len": 0, "seq": 0, "segments": 0,
+            "html": f'<article id="run-{running.run_id}" hx-swap-oob="true"><div><div id="reply-{running.run_id}">'
+                    "</div></div></article>"})
+        await socket.receive_from(timeout=5)
+
+        def batch(seq, keep, html, segments):
+            return live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=running.run_id, seq=seq,
+                                         origin="elsewhere", keep=keep, html=html, segments=segments)
+
+        await batch(1, 0, "<h2>Title</h2>\n<p>one</p>\n", 1)  # in order: applied as it is
+        frames = [await socket.receive_from(timeout=5)]
+        await batch(3, 2, "<p>one two three</p>\n", 1)  # batch 2 was dropped on the way: the owner is asked
+        ask = await layer.receive(owner)
+        assert ask["type"] == "chat.sync_request" and ask["reply_channel"] == first_ask["reply_channel"]
+        await batch(4, 1, "<p>one two three four</p>\n", 1)  # held until the answer
+        await layer.send(ask["reply_channel"], {
+            "type": "chat.sync_reply", "run_id": running.run_id, "text_len": 20, "seq": 3, "segments": 1,
+            "html": f'<article id="run-{running.run_id}" hx-swap-oob="true"><div><div id="reply-{running.run_id}">'
+                    "<h2>Title</h2>\n<p>one two three</p>\n</div></div></article>"})
+        frames += await frames_until(socket, is_stream_frame)
+        assert len(frames) == 3  # batch 1, the owner's answer, batch 4 (3 was in the answer)
+        assert streamed_html(frames, running.run_id) == "<h2>Title</h2>\n<p>one two three four</p>\n"
         await socket.disconnect()
 
 

@@ -23,6 +23,7 @@ from django.db import connections
 from sessions_core import Agent, PostgresDb
 from sessions_core.events import RunEvent
 from sessions_core.models import ChatSession, Run
+from tests.live_support import is_stream_frame
 from tests.llm_server import Text, background_responder
 from tests.postgres_server import own_postgres  # noqa: F401  (a fixture)
 from tests.serve_support import Server, WebSocket, finished, production_env, receive_until
@@ -165,7 +166,7 @@ def test_a_chat_whose_database_is_down_as_the_reply_ends_completes_and_goes_on(o
         ws = WebSocket(server.port, f"/ws/sessions/{session_id}/",
                        {"Cookie": f"sessionid={cookies['sessionid']}", "Origin": f"http://127.0.0.1:{server.port}"})
         try:
-            receive_until(ws, lambda frame: "beforeend:#reply-" in frame)  # the run is streaming
+            receive_until(ws, is_stream_frame)  # the run is streaming
             own_postgres.stop()
             hold.set()
             deadline = time.monotonic() + 20

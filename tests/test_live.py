@@ -54,10 +54,18 @@ class TestFragments(SimpleTestCase):
             '<div hx-swap-oob="beforeend:#t"><b>x</b><i>y</i></div>')
         assert rendering.render_delete("li", "queued-q1") == '<li id="queued-q1" hx-swap-oob="delete"></li>'
 
-    def test_streamed_text_is_escaped(self):
-        html = rendering.render_tokens("r1", '<script>alert("x")</script> & more')
-        assert html == ('<div hx-swap-oob="beforeend:#reply-r1">&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; '
-                        "&amp; more</div>")
+    def test_a_batch_waits_for_the_batch_time_or_the_drawings_share_whichever_is_longer(self):
+        run = live.LiveRun(run_id="r1", run=Run(run_id="r1"))
+        assert run.flush_wait(0.03, now=100.0) < 0  # the first text goes at once
+        run.last_flush, run.pace = 100.0, 0.01  # a paragraph's drawing: the batch time rules
+        assert run.flush_wait(0.03, now=100.0) == pytest.approx(0.03)
+        run.pace = 0.2  # a long code block's: drawn less often
+        assert run.flush_wait(0.03, now=100.1) == pytest.approx(0.1)
+
+    def test_a_stream_frame_carries_sanitized_html_for_live_js(self):
+        html = rendering.render_stream_frame("r1", 2, rendering.render_markdown('<script>alert("x")</script> **b**'))
+        assert html == ('<template data-stream-run="r1" data-keep="2"><p>&lt;script&gt;alert("x")'
+                        "&lt;/script&gt; <strong>b</strong></p>\n</template>")
 
 
 class LiveTaskTests(LiveTestMixin, TransactionTestCase):
@@ -107,9 +115,10 @@ class TestRunTasks(LiveTaskTests):
         await live.submit(session, self.alice, "say thirty words")
         messages = await self.collect_until_done(channel)
         batches = [m for m in messages if m["type"] == "chat.tokens"]
-        assert batches[0]["text"] == "word0 "  # no waiting for the first token
-        assert "".join(b["text"] for b in batches) == words
-        assert [b["start"] for b in batches] == [sum(len(x["text"]) for x in batches[:i]) for i in range(len(batches))]
+        assert batches[0]["end"] == len("word0 ") and batches[0]["html"] == "<p>word0</p>\n"  # no waiting
+        assert [b["seq"] for b in batches] == list(range(1, len(batches) + 1))  # numbered, none missing
+        assert [b["start"] for b in batches] == [0] + [b["end"] for b in batches[:-1]]
+        assert batches[-1]["end"] == len(words) and batches[-1]["html"] == rendering.render_markdown(words)
         assert len(batches) < 30
         await settle()
 

@@ -24,7 +24,7 @@ from sessions_core.export import export_json
 from sessions_core.models import ChatSession, Run
 from tests.e2e.conftest import redis_url  # noqa: F401  (fixture)
 from tests.factories import make_session, make_user
-from tests.live_support import LiveTestMixin, frames_until, run_done, settle
+from tests.live_support import LiveTestMixin, frames_until, is_stream_frame, run_done, settle
 from tests.llm_server import Text
 from tests.web_helpers import WebTestCase
 
@@ -98,7 +98,7 @@ class TestSocketLimits(LiveTestMixin, TransactionTestCase):
         with self.settings(CHAT_RUNS_IN_FLIGHT=2):
             first = await self.socket(self.session.session_id, self.alice)
             await self.send(first, "one")
-            await frames_until(first, lambda f: "beforeend:#reply-" in f)  # running
+            await frames_until(first, is_stream_frame)  # running
             await self.send(first, "two")
             await frames_until(first, lambda f: "beforeend:#queue" in f)  # queued
             second = await self.socket(other.session_id, self.alice)

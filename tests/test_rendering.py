@@ -122,12 +122,13 @@ class TestRunFragment(TestCase):
         assert f'<article id="run-{run.run_id}" class="run" data-status="completed"' in html
         assert f'<div class="reply" id="reply-{run.run_id}">' in html
 
-    def test_a_running_reply_is_escaped_text_without_a_footer(self):
+    def test_a_running_reply_is_sanitized_markdown_without_a_footer(self):
         run = make_run(self.session, reply=None, status=RunStatus.RUNNING)
         Run.objects.filter(pk=run.pk).update(content="**so far** <script>")
         run.refresh_from_db()
         html = rendering.render_run(run)
-        assert f'<div class="reply streaming" id="reply-{run.run_id}">**so far** &lt;script&gt;</div>' in html
+        assert (f'<div class="reply streaming" id="reply-{run.run_id}"><p><strong>so far</strong> &lt;script&gt;</p>\n'
+                "</div>") in html
         assert "run-meta" not in html
 
     def test_the_footer_shows_model_tokens_and_timings(self):

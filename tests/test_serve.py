@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
+from chatapp.rendering import render_markdown
 from tests.e2e.conftest import _free_port, _test_database_url, redis_url  # noqa: F401  (a fixture)
 from tests.factories import make_session, make_user
+from tests.live_support import is_stream_frame, reply_in, streamed_html
 from tests.llm_server import Text, background_responder
 from tests.serve_support import HTTPS, Server, WebSocket, finished, logged_in_socket, production_env, receive_until
 
@@ -119,7 +121,7 @@ def test_a_chat_streams_through_the_production_server(served, llm_server, settin
         frames = receive_until(ws, finished("completed"))
     finally:
         ws.close()
-    tokens = [frame for frame in frames if "beforeend:#reply-" in frame]
+    tokens = [frame for frame in frames if frame.startswith("<template data-stream-run=")]
     assert len(tokens) >= 2  # streamed in batches, not at once
     assert "word by word" in frames[-1]
 
@@ -198,10 +200,10 @@ def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, s
         hold = threading.Event()
         llm_server.add(Text("alpha beta gamma delta epsilon", wait_event=hold))
         here.send(json.dumps({"type": "send", "text": "greek letters"}))
-        first = receive_until(here, lambda frame: "beforeend:#reply-" in frame)
-        run_id = re.search(r"beforeend:#reply-([\w-]+)", first[-1]).group(1)
+        first = receive_until(here, is_stream_frame)
+        run_id = re.search(r'data-stream-run="([\w-]+)"', first[-1]).group(1)
         assert "alpha" in first[-1]
-        seen_there = receive_until(there, lambda frame: f"beforeend:#reply-{run_id}" in frame)
+        seen_there = receive_until(there, lambda frame: f'data-stream-run="{run_id}"' in frame)
         assert "alpha" in seen_there[-1]
 
         # A reload mid-reply, landing on the worker that does not run it, resumes it.
@@ -215,17 +217,16 @@ def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, s
             done = receive_until(ws, finished("completed"))
             assert "alpha beta gamma delta epsilon" in done[-1]
         # What the reloaded tab showed live, before the final render: the text so far, then the rest once.
-        so_far = re.search(rf'id="reply-{run_id}">(.*?)</div>', caught_up[-1], re.S).group(1)
-        rest = [re.sub(r"</?div[^>]*>", "", frame) for frame in done[:-1] if f"beforeend:#reply-{run_id}" in frame]
-        assert so_far + "".join(rest) == "alpha beta gamma delta epsilon"
+        assert streamed_html(done[:-1], run_id, reply_in(caught_up[-1], run_id)) == render_markdown(
+            "alpha beta gamma delta epsilon")
 
         # A message sent meanwhile in the tab on the other worker waits there for the run, and the tab on
         # the run's worker can drop it.
         hold = threading.Event()
         llm_server.add(Text("one two three four five", wait_event=hold), Text("The last reply."))
         here.send(json.dumps({"type": "send", "text": "count"}))
-        started = receive_until(there, lambda frame: "beforeend:#reply-" in frame and "one" in frame)
-        second_run = re.search(r"beforeend:#reply-([\w-]+)", started[-1]).group(1)
+        started = receive_until(there, lambda frame: is_stream_frame(frame) and "one" in frame)
+        second_run = re.search(r'data-stream-run="([\w-]+)"', started[-1]).group(1)
         there.send(json.dumps({"type": "send", "text": "dropped before it ran"}))
         queued = receive_until(here, lambda frame: "beforeend:#queue" in frame)
         queued_id = re.search(r'id="queued-([\w-]+)"', queued[-1]).group(1)

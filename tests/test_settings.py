@@ -9,7 +9,8 @@ from django.core.exceptions import ImproperlyConfigured
 SETTINGS = Path(__file__).resolve().parent.parent / "chatapp" / "settings.py"
 VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "OPENAI_TIMEOUT",
              "OPENAI_MAX_RETRIES", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "CHAT_MAX_MESSAGE_CHARS",
-             "CHAT_TITLE_ATTEMPTS", "CHAT_TITLE_RETRY_SECONDS", "CHAT_STREAM_BATCH_SECONDS", "CHAT_STOP_GRACE_SECONDS",
+             "CHAT_TITLE_ATTEMPTS", "CHAT_TITLE_RETRY_SECONDS", "CHAT_STREAM_BATCH_SECONDS", "CHAT_CHANNEL_CAPACITY",
+             "CHAT_STREAM_DRAW_SHARE", "CHAT_STOP_GRACE_SECONDS",
              "CHAT_IMPORT_MAX_BYTES", "OFFLINE_MODEL_DELAY", "TIME_ZONE", "LOG_LEVEL", "CHAT_MAX_JSON_DEPTH",
              "CHAT_MAX_JSON_BYTES", "CHAT_MAX_STATE_BYTES", "CHAT_TOOL_TIMEOUT_SECONDS", "CHAT_MESSAGES_PER_MINUTE",
              "CHAT_RUNS_IN_FLIGHT", "CHAT_NEW_CHATS_PER_MINUTE", "CHAT_IMPORTS_PER_HOUR",
@@ -44,6 +45,13 @@ def test_urls_pick_postgres_and_redis(monkeypatch):
     database = settings.DATABASES["default"]
     assert (database["ENGINE"], database["HOST"], database["NAME"]) == ("django.db.backends.postgresql", "db.example", "chat")
     assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] == ["redis://cache:6379/0"]
+    assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["capacity"] == 1000
+
+
+def test_a_sockets_channel_holds_what_chat_channel_capacity_says_in_either_layer(monkeypatch):
+    assert load(monkeypatch).CHANNEL_LAYERS["default"]["CONFIG"] == {"capacity": 1000}
+    settings = load(monkeypatch, CHAT_CHANNEL_CAPACITY="250", REDIS_URL="redis://cache:6379/0")
+    assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["capacity"] == 250
 
 
 @pytest.mark.parametrize("env, named", [
@@ -52,6 +60,8 @@ def test_urls_pick_postgres_and_redis(monkeypatch):
     ({"OPENAI_TIMEOUT": "0"}, "OPENAI_TIMEOUT"),
     ({"CHAT_MAX_MESSAGE_CHARS": "lots"}, "CHAT_MAX_MESSAGE_CHARS"),
     ({"CHAT_TITLE_ATTEMPTS": "0"}, "CHAT_TITLE_ATTEMPTS"),
+    ({"CHAT_CHANNEL_CAPACITY": "5"}, "CHAT_CHANNEL_CAPACITY"),
+    ({"CHAT_STREAM_DRAW_SHARE": "0"}, "CHAT_STREAM_DRAW_SHARE"),
     ({"DATABASE_URL": "nosuchdb://x"}, "DATABASE_URL"),
     ({"REDIS_URL": "localhost:6379"}, "REDIS_URL"),
     ({"OPENAI_BASE_URL": "localhost:11434"}, "OPENAI_BASE_URL"),

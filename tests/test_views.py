@@ -228,12 +228,13 @@ class TestChatPage(WebTestCase):
         link = rf'<a class="session-link" href="[^"]+{self.session.session_id}/"[^>]*aria-current="page"'
         assert re.search(link, html)
 
-    def test_a_running_reply_shows_its_text_so_far_escaped_and_marks_the_log_busy(self):
+    def test_a_running_reply_shows_its_text_so_far_as_sanitized_markdown_and_marks_the_log_busy(self):
         run = make_run(self.session, user_text="hi", reply=None, status=RunStatus.RUNNING)
-        Run.objects.filter(pk=run.pk).update(content="partial <b>text")
+        Run.objects.filter(pk=run.pk).update(content="partial **bold** <b>text")
         html = self.client.get(reverse("chat:session", args=[self.session.session_id])).content.decode()
         assert 'aria-busy="true"' in html
-        assert f'<div class="reply streaming" id="reply-{run.run_id}">partial &lt;b&gt;text</div>' in html
+        assert (f'<div class="reply streaming" id="reply-{run.run_id}"><p>partial <strong>bold</strong> '
+                "&lt;b&gt;text</p>\n</div>") in html
 
     def test_long_transcripts_show_the_last_50_runs_and_load_earlier_ones(self):
         runs = [make_run(self.session, user_text=f"question {n}", reply=f"answer {n}") for n in range(53)]

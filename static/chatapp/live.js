@@ -190,15 +190,45 @@
     }
   });
 
-  document.addEventListener("htmx:wsBeforeMessage", () => {
-    pinned = atBottom();
-  });
+  // A streamed reply's frame (<template data-stream-run data-keep>, chatapp/markdown_stream.py): keep the
+  // reply's first `keep` elements (its completed blocks), replace the rest (the open block) with the frame's
+  // sanitized HTML. The reply then holds exactly what the finished reply's render will.
+  function applyStreamFrame(message) {
+    const holder = document.createElement("template");
+    holder.innerHTML = message;
+    const frame = holder.content.firstElementChild;
+    const reply = frame && document.getElementById("reply-" + frame.dataset.streamRun);
+    if (!reply) return;  // not on this page (yet): the run's fragment brings the text so far
+    const keep = parseInt(frame.dataset.keep, 10) || 0;
+    if (keep === 0) {
+      reply.replaceChildren();
+    } else {
+      const cut = reply.children[keep];
+      if (cut) {
+        while (cut.nextSibling) cut.nextSibling.remove();
+        cut.remove();
+      }
+    }
+    reply.appendChild(frame.content);
+  }
 
-  document.addEventListener("htmx:wsAfterMessage", () => {
+  function afterMessage() {
     syncBusy();
     syncQueue();
     if (pinned) toBottom();
+  }
+
+  document.addEventListener("htmx:wsBeforeMessage", (event) => {
+    pinned = atBottom();
+    const message = event.detail && event.detail.message;
+    if (typeof message === "string" && message.startsWith("<template data-stream-run=")) {
+      event.preventDefault();  // not an htmx swap: applied here
+      applyStreamFrame(message);
+      afterMessage();
+    }
   });
+
+  document.addEventListener("htmx:wsAfterMessage", afterMessage);
 
   // A run fragment for a run this page never saw (it started while the page loaded): append it.
   document.body.addEventListener("htmx:oobErrorNoTarget", (event) => {
