@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError, connections
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -37,7 +38,21 @@ _runner: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("sessi
 
 
 def _apply(fn, args, kwargs):
-    return fn(*args, **kwargs)
+    try:
+        return fn(*args, **kwargs)
+    except DatabaseError:
+        drop_lost_connections()
+        raise
+
+
+def drop_lost_connections() -> None:
+    """After a database error on this thread: close the connections the server has dropped (a restart, a
+    failover), so the next call connects again instead of failing on a dead connection for the rest of
+    a long-lived process. A connection inside a transaction is left to its owner, who must roll back."""
+    for connection in connections.all(initialized_only=True):
+        if (connection.connection is not None and connection.errors_occurred and not connection.in_atomic_block
+                and not connection.is_usable()):
+            connection.close()
 
 
 # One wrapper made once: sync_to_async() inspects and wraps its function on every call, which costs
@@ -49,7 +64,7 @@ async def call_sync(fn: Callable[..., T], *args, **kwargs) -> T:
     """Run blocking `fn` off the event loop, on the thread that owns the database connection."""
     runner = _runner.get()
     if runner is not None:
-        return await runner(fn, args, kwargs)
+        return await runner(_apply, (fn, args, kwargs), {})
     return await _to_thread(fn, args, kwargs)
 
 

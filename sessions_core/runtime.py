@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pydantic
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from . import history as history_module
@@ -666,7 +666,12 @@ class RunLoop:
             Run.objects.using(self.alias).filter(pk=self.run_pk).update(content=partial)
             return Run.objects.using(self.alias).filter(pk=self.root.run_pk, cancel_requested=True).exists()
 
-        if await call_sync(save):
+        try:
+            stop = await call_sync(save)
+        except DatabaseError:  # the text is kept here and stored at the end; the next checkpoint tries again
+            logger.warning("Run %s: a checkpoint could not be stored", self.run_id, exc_info=True)
+            return
+        if stop:
             raise Cancelled()
 
     async def _heartbeat(self, session_pk: int) -> None:
@@ -685,7 +690,12 @@ class RunLoop:
             renew = time.monotonic() - renewed >= HEARTBEAT_SECONDS
             if renew:
                 renewed = time.monotonic()
-            if await call_sync(beat, renew):
+            try:
+                stop = await call_sync(beat, renew)
+            except DatabaseError:  # the database went away for a moment: beat again at the next interval
+                logger.warning("Run %s: the lease could not be renewed", self.run_id, exc_info=True)
+                renewed, stop = 0.0, False  # renew at the next beat
+            if stop:
                 run_registry.request_cancel(self.run_id)
                 return
             await asyncio.sleep(CHECKPOINT_SECONDS)
@@ -706,8 +716,20 @@ class RunLoop:
         if not self.config.store_tool_messages:
             messages = [m for m in messages if m.role != Role.TOOL and not m.tool_calls]
         try:
-            out.session_state, out.state_version = await call_sync(
-                self._finish_sync, status, error, keep_state, messages)
+            try:
+                out.session_state, out.state_version = await call_sync(
+                    self._finish_sync, status, error, keep_state, messages)
+            except (OperationalError, InterfaceError):
+                # The connection was lost (a restart of the server, say): its transaction rolled back
+                # whole, and call_sync dropped the connection; once more on a new one, unless the commit
+                # got through before the connection went.
+                logger.warning("Run %s: storing its outcome is tried again", self.run_id, exc_info=True)
+                stored = await call_sync(self._stored_outcome)
+                if stored is None:
+                    out.session_state, out.state_version = await call_sync(
+                        self._finish_sync, status, error, keep_state, messages)
+                else:
+                    out.session_state, out.state_version = stored
         except DatabaseError as exc:
             # The database refused the outcome: say so on the run and free the session now, rather than
             # leave the run "running" and the next one waiting for the lease to expire.
@@ -731,6 +753,14 @@ class RunLoop:
         elif status == RunStatus.ERROR:
             out.content = error
         out.metrics["duration"] = round(time.perf_counter() - self.started, 6)
+
+    def _stored_outcome(self) -> tuple[dict, int] | None:
+        """The session's state and version if this run's outcome is stored already, else None."""
+        if Run.objects.using(self.alias).filter(pk=self.start.run_pk, status=RunStatus.RUNNING).exists():
+            return None
+        session = ChatSession.objects.using(self.alias).only("session_state", "state_version").get(
+            pk=self.start.session_pk)
+        return session.session_state, session.state_version
 
     def _finish_failed(self, error: str) -> None:
         """The run failed to store its outcome: mark it failed and release the lease (its replies are lost)."""

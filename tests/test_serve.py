@@ -1,4 +1,4 @@
-"""The production start (scripts/serve): daphne with DEBUG off behind the security headers, static
+"""The production start (scripts/serve): uvicorn with DEBUG off behind the security headers, static
 files served by the app, error pages that reveal nothing, and a chat that streams over the socket."""
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ import socket
 import struct
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from django.test import Client
 
-from tests.e2e.conftest import _free_port, _test_database_url
+from tests.e2e.conftest import _free_port, _test_database_url, redis_url  # noqa: F401  (a fixture)
 from tests.factories import make_session, make_user
 from tests.llm_server import Text, background_responder
 from tests.server_process import ServerProcess
@@ -178,27 +180,157 @@ class WebSocket:
         self.sock.close()
 
 
+def receive_until(ws: WebSocket, done: Callable[[str], bool], seconds: float = 20) -> list[str]:
+    """The frames the socket receives up to and including the first one `done` accepts."""
+    frames: list[str] = []
+    deadline = time.monotonic() + seconds
+    while not frames or not done(frames[-1]):
+        assert time.monotonic() < deadline, frames
+        frames.append(ws.receive())
+    return frames
+
+
+def finished(status: str) -> Callable[[str], bool]:
+    return lambda frame: f'data-status="{status}"' in frame and 'hx-swap-oob="true"' in frame
+
+
+def logged_in_socket(server: Server, session, cookie: str, query: str = "") -> WebSocket:
+    return WebSocket(server.port, f"/ws/sessions/{session.session_id}/{query}",
+                     {"Cookie": f"sessionid={cookie}", "Origin": f"http://127.0.0.1:{server.port}"})
+
+
+def session_cookie(user, settings, server: Server) -> str:
+    settings.SECRET_KEY = server.secret_key  # the session cookie made here is the server's
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_chat_streams_through_the_production_server(served, llm_server, settings):
-    settings.SECRET_KEY = served.secret_key  # the session cookie made here is the server's
     llm_server.side_responder = background_responder
     llm_server.add(Text("The production server streams this reply word by word", chunk_delay=0.02))
     alice = make_user("alice")
     session = make_session(alice, component_id="general", name="Chat")
-    client = Client()
-    client.force_login(alice)
-    cookie = client.cookies["sessionid"].value
-    origin = f"http://127.0.0.1:{served.port}"
-    ws = WebSocket(served.port, f"/ws/sessions/{session.session_id}/", {"Cookie": f"sessionid={cookie}", "Origin": origin})
+    ws = logged_in_socket(served, session, session_cookie(alice, settings, served))
     try:
         ws.send(json.dumps({"type": "send", "text": "hello"}))
-        frames = []
-        deadline = time.monotonic() + 20
-        while not any('data-status="completed"' in frame and 'hx-swap-oob="true"' in frame for frame in frames):
-            assert time.monotonic() < deadline, frames
-            frames.append(ws.receive())
+        frames = receive_until(ws, finished("completed"))
     finally:
         ws.close()
     tokens = [frame for frame in frames if "beforeend:#reply-" in frame]
     assert len(tokens) >= 2  # streamed in batches, not at once
     assert "word by word" in frames[-1]
+
+
+# -- WEB_CONCURRENCY: worker processes on one port ----------------------------------------------------
+
+
+def worker_of(server: Server, ws: WebSocket) -> int:
+    """The pid of the server process holding the other end of `ws`: the kernel's table of TCP connections
+    gives the socket's inode (local port the server's, remote port this client's), and the process
+    whose open files include that socket is the worker that accepted it."""
+    client_port = ws.sock.getsockname()[1]
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, inode = fields[1], fields[2], fields[9]
+        if int(local.split(":")[1], 16) == server.port and int(remote.split(":")[1], 16) == client_port:
+            inodes.add(f"socket:[{inode}]")
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
+    owners = {int(pid) for pid in children for fd in Path(f"/proc/{pid}/fd").iterdir()
+              if os.path.islink(fd) and os.readlink(fd) in inodes}
+    assert len(owners) == 1, (inodes, children, owners)
+    return owners.pop()
+
+
+def socket_on_worker(server: Server, connect: Callable[[], WebSocket], wanted: Callable[[int], bool],
+                     attempts: int = 40) -> tuple[WebSocket, int]:
+    """Connect until a socket lands on a worker `wanted` accepts (the kernel hands each new connection
+    to whichever worker accepts first); the others are closed."""
+    for _ in range(attempts):
+        ws = connect()
+        pid = worker_of(server, ws)
+        if wanted(pid):
+            return ws, pid
+        ws.close()
+    raise AssertionError(f"no socket of {attempts} landed on the worker wanted")
+
+
+@pytest.fixture(scope="module")
+def served_by_two(request, django_db_setup, django_db_blocker, llm_server_session, static_root):
+    redis = request.getfixturevalue("redis_url")  # the browser tests' Redis (scripts/test's, or one of its own)
+    env = production_env(DATABASE_URL=_test_database_url(), STATIC_ROOT=static_root, REDIS_URL=redis,
+                         WEB_CONCURRENCY="2", OPENAI_BASE_URL=llm_server_session.base_url, OPENAI_API_KEY="test",
+                         OPENAI_TIMEOUT="10")
+    server = Server(["bash", "scripts/serve"], env)
+    yield server
+    server.stop()
+
+
+def test_more_than_one_worker_needs_redis_and_a_count_is_a_whole_number():
+    for extra, error in (({"WEB_CONCURRENCY": "2"}, "REDIS_URL: must be set"),
+                         ({"WEB_CONCURRENCY": "two"}, "WEB_CONCURRENCY: expected a whole number"),
+                         ({"WEB_CONCURRENCY": "0"}, "WEB_CONCURRENCY: expected a whole number")):
+        result = subprocess.run(["bash", "scripts/serve"], cwd=BASE_DIR, env=production_env(**extra),
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode != 0 and error in result.stderr, result.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, settings):
+    """Two tabs of one chat on different workers: a run started in one streams to both, a tab that
+    reconnects mid-reply on the other worker gets the text so far from the run's worker and the rest
+    live, and Stop pressed in the other worker's tab stops the run where it runs."""
+    server = served_by_two
+    llm_server.side_responder = background_responder
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Two workers", name_source="user")
+    cookie = session_cookie(alice, settings, server)
+    connect = lambda query="": logged_in_socket(server, session, cookie, query)  # noqa: E731
+    here, owner = socket_on_worker(server, connect, lambda pid: True)
+    there, other = socket_on_worker(server, connect, lambda pid: pid != owner)
+    sockets = [here, there]
+    try:
+        # A run started on one worker streams to the tab on the other.
+        hold = threading.Event()
+        llm_server.add(Text("alpha beta gamma delta epsilon", wait_event=hold))
+        here.send(json.dumps({"type": "send", "text": "greek letters"}))
+        first = receive_until(here, lambda frame: "beforeend:#reply-" in frame)
+        run_id = re.search(r"beforeend:#reply-([\w-]+)", first[-1]).group(1)
+        assert "alpha" in first[-1]
+        seen_there = receive_until(there, lambda frame: f"beforeend:#reply-{run_id}" in frame)
+        assert "alpha" in seen_there[-1]
+
+        # A reload mid-reply, landing on the worker that does not run it, resumes it.
+        query = f"?last_run={run_id}&running={run_id}&reconnect=1"
+        reloaded, pid = socket_on_worker(server, lambda: connect(query), lambda pid: pid == other)
+        sockets.append(reloaded)
+        caught_up = receive_until(reloaded, lambda frame: f'id="run-{run_id}"' in frame)
+        assert 'data-status="running"' in caught_up[-1] and "alpha" in caught_up[-1]
+        hold.set()
+        for ws in (here, there, reloaded):
+            done = receive_until(ws, finished("completed"))
+            assert "alpha beta gamma delta epsilon" in done[-1]
+        # What the reloaded tab showed live, before the final render: the text so far, then the rest once.
+        so_far = re.search(rf'id="reply-{run_id}">(.*?)</div>', caught_up[-1], re.S).group(1)
+        rest = [re.sub(r"</?div[^>]*>", "", frame) for frame in done[:-1] if f"beforeend:#reply-{run_id}" in frame]
+        assert so_far + "".join(rest) == "alpha beta gamma delta epsilon"
+
+        # Stop pressed in the tab on the other worker stops the run where it runs.
+        hold = threading.Event()
+        llm_server.add(Text("one two three four five", wait_event=hold))
+        here.send(json.dumps({"type": "send", "text": "count"}))
+        started = receive_until(there, lambda frame: "beforeend:#reply-" in frame and "one" in frame)
+        second_run = re.search(r"beforeend:#reply-([\w-]+)", started[-1]).group(1)
+        there.send(json.dumps({"type": "stop", "run_id": second_run}))
+        for ws in (here, there):
+            assert f'id="run-{second_run}"' in receive_until(ws, finished("cancelled"))[-1]
+        assert llm_server.wait_for_disconnects(1, 5)  # the model's stream was closed by the worker running it
+        hold.set()
+    finally:
+        for ws in sockets:
+            ws.close()
+    runs = {run.run_id: run for run in session.runs.all()}
+    assert runs[run_id].status == "completed" and runs[run_id].content == "alpha beta gamma delta epsilon"
+    assert runs[second_run].status == "cancelled" and runs[second_run].content.startswith("one")
