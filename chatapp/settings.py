@@ -157,11 +157,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A pool of connections per process (psycopg_pool), as Django advises under ASGI instead of persistent
     # connections: the socket and the run tasks close their connection after each message (Django's
     # close_old_connections), and without a pool every message opened a new PostgreSQL connection (a
-    # round trip, authentication and a few ms of this process's CPU). 0 turns the pool off.
+    # round trip, authentication and a few ms of this process's CPU). A connection is checked before it is
+    # handed out (one empty query: one the server dropped, by a restart, is replaced), and a request waits
+    # at most DATABASE_POOL_TIMEOUT seconds for one (a server that is down: an error, not a hang). 0 turns
+    # the pool off.
     _pool_size = _number("DATABASE_POOL_MAX", 20, int)
     if _pool_size:
-        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {"min_size": min(2, _pool_size),
-                                                                  "max_size": _pool_size, "timeout": 30}
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # with a pool: the check before a connection is handed out
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": min(2, _pool_size), "max_size": _pool_size,
+            "timeout": _number("DATABASE_POOL_TIMEOUT", 5.0, above=True)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = _env(env.str, "REDIS_URL", "")
