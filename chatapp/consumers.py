@@ -64,17 +64,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import close_old_connections
 
 from sessions_core import limits
 from sessions_core.models import ChatSession
 from sessions_core.storable import storable
 
-from . import live, ratelimits, titles
+from . import dbthreads, live, ratelimits, titles
 from .broadcast import session_group, user_group
 from .live import ID_MAX
 from .rendering import render_composer_text, render_status
@@ -143,13 +141,13 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame
 
 
 def _fresh_session(user, session_pk: int) -> ChatSession | None:
-    close_old_connections()  # a long-lived socket: drop a connection that went stale while it was idle
     return ChatSession.objects.for_user(user).alive().filter(pk=session_pk).first()
 
 
 async def _current_session(user, session_pk: int) -> ChatSession | None:
-    """The socket's session as stored now (None once in the trash): one trip to the database thread."""
-    return await sync_to_async(_fresh_session)(user, session_pk)
+    """The socket's session as stored now (None once in the trash): one query, on the web's own database
+    threads (chatapp/dbthreads.py), not behind the runs' engine work."""
+    return await dbthreads.run(_fresh_session, user, session_pk)
 
 
 class NotFoundConsumer(AsyncWebsocketConsumer):

@@ -47,7 +47,7 @@ from sessions_core.events import RunEvent, StepStartedEvent, TeamRunStartedEvent
 from sessions_core.models import ChatSession, Message, NameSource, Role, Run, RunStatus
 from sessions_core.runtime import LEASE_SECONDS
 
-from . import assistants, rendering, state_view, titles
+from . import assistants, dbthreads, rendering, state_view, titles
 from .broadcast import asend_to_session, push_row, sync_group
 from .models import QueuedMessage, new_queued_id
 
@@ -711,7 +711,7 @@ def _render_finished(live: LiveRun, session: ChatSession, item: Pending) -> tupl
 
 async def _finished(runner: SessionRunner, item: Pending, live: LiveRun, session: ChatSession) -> None:
     pk = runner.session_pk
-    html, status = await sync_to_async(_render_finished)(live, session, item)
+    html, status = await dbthreads.run(_render_finished, live, session, item)
     runner.current = None
     note, kind = _STATUS_NOTES.get(status, ("Reply finished.", "info"))
     await asend_to_session(pk, "chat.run_done", run_id=live.run_id, html=html + rendering.render_status(note, kind))

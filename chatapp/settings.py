@@ -258,6 +258,9 @@ LOGGING = {
 # Live replies over the websocket (chatapp/live.py).
 # Streamed text is sent to the browser in batches at most this often (seconds).
 CHAT_STREAM_BATCH_SECONDS = _number("CHAT_STREAM_BATCH_SECONDS", 0.03)
+# Threads for the web's own database work around a message (chatapp/dbthreads.py: the socket's session read,
+# the finished reply's render), beside Django's one thread that the engine's queries use; 0: that thread.
+CHAT_DB_THREADS = _number("CHAT_DB_THREADS", 4, int)
 # Generated titles: attempts, and the first pause between them (doubled after each failure).
 CHAT_TITLE_ATTEMPTS = _number("CHAT_TITLE_ATTEMPTS", 3, int, minimum=1)
 CHAT_TITLE_RETRY_SECONDS = _number("CHAT_TITLE_RETRY_SECONDS", 1.0)
