@@ -158,7 +158,7 @@ class Server:
     """scripts/serve of a checkout (its own code, this machine's services) on a free port."""
 
     def __init__(self, tree: Path, workers: int, pg_url: str, redis_url: str, model_url: str, batch: float | None,
-                 count_file: str = ""):
+                 count_file: str = "", extra_env: dict | None = None):
         self.port = free_port()
         env = {key: value for key, value in os.environ.items()
                if not key.startswith(("OPENAI_", "CHAT_", "DJANGO_")) and key not in ("DEBUG", "REDIS_URL")}
@@ -170,6 +170,7 @@ class Server:
                    PYTHONUNBUFFERED="1")
         if batch is not None:
             env["CHAT_STREAM_BATCH_SECONDS"] = str(batch)
+        env.update(extra_env or {})
         command = ["bash", "scripts/serve"]
         if count_file:  # the counting entry point (bench/counting.py) instead of the plain one, after serve's steps
             env["BENCH_COUNT_FILE"] = count_file
@@ -315,6 +316,8 @@ class Turn:
     gaps: list[float] = field(default_factory=list)  # between text frames
     frames: int = 0
     error: str = ""
+    seen: str = ""  # the end of the last frame received (shown when a reply never ends)
+    trace: list[str] = field(default_factory=list)
 
 
 async def chat(client: Client, port: int, turns: int, start: asyncio.Barrier, timeout: float) -> list[Turn]:
@@ -336,6 +339,9 @@ async def chat(client: Client, port: int, turns: int, start: asyncio.Barrier, ti
                 async with asyncio.timeout(timeout):
                     while True:
                         frame = await ws.recv()
+                        turn.seen = frame[-300:]
+                        if os.environ.get("BENCH_TRACE"):
+                            turn.trace.append(frame[:120].replace("\n", " "))
                         now = time.perf_counter()
                         if "#reply-" in frame:
                             if previous is None:
@@ -344,6 +350,10 @@ async def chat(client: Client, port: int, turns: int, start: asyncio.Barrier, ti
                                 turn.gaps.append(now - previous)
                             previous, turn.last = now, now - sent
                             turn.frames += 1
+                        if (match := DONE.search(frame)) and match.group(1) == "running" and previous is not None \
+                                and 'hx-swap-oob="true"' in frame[:300]:
+                            turn.error = "a reply re-rendered as still running"
+                            break
                         if (match := DONE.search(frame)) and match.group(1) != "running":
                             if match.group(1) != "completed":
                                 turn.error = f"run {match.group(1)}"
@@ -356,7 +366,7 @@ async def chat(client: Client, port: int, turns: int, start: asyncio.Barrier, ti
     except Exception as exc:  # noqa: BLE001 - a client's failure is a figure, not the end of the bench
         if not done or done[-1].error:
             done.append(Turn())
-        done[-1].error = f"{type(exc).__name__}: {exc}"[:200]
+        done[-1].error = f"{type(exc).__name__}: {exc}"[:200] + (f" (last frame: ...{done[-1].seen})" if done else "")
     while len(done) < turns:
         done.append(Turn(error="not sent"))
     return done
@@ -465,6 +475,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a reply may take")
     parser.add_argument("--py-spy", default="", help="the py-spy binary: record the first worker during each wave")
     parser.add_argument("--count", action="store_true", help="serve through bench/counting.py: counts per message")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a setting for the server")
     args = parser.parse_args()
     if args.fake_model:
         fake_model_main()
@@ -487,11 +498,14 @@ def main() -> None:
                     for n in clients:
                         for label, tree in trees:  # interleaved: each N on every checkout in turn
                             count_file = tempfile.mktemp(prefix="bench-counts-") if args.count else ""
-                            server = Server(tree, count, pg_url, redis_url, model_url, args.batch, count_file)
+                            server = Server(tree, count, pg_url, redis_url, model_url, args.batch, count_file,
+                                            dict(item.split("=", 1) for item in args.env))
                             try:
                                 waves = 1 if args.soak else max(1, math.ceil(args.min_messages / n))
                                 name = f"{label} x{count}"
                                 figures = measure(server, name, n, waves, turns, args.timeout, args.py_spy, count_file)
+                                if any(turn.error for turn in figures.turns):
+                                    print(f"  the server's log ends:\n{server.output()[-3000:]}")
                             finally:
                                 server.stop()
                             rows.append(figures.row())
@@ -504,6 +518,9 @@ def main() -> None:
                             errors = [turn.error for turn in figures.turns if turn.error]
                             if errors:
                                 print("  errors (first 3):", errors[:3])
+                                if os.environ.get("BENCH_TRACE"):
+                                    bad = next(turn for turn in figures.turns if turn.error)
+                                    print("\n".join(f for f in bad.trace if "#reply-" not in f))
                             soak.append(figures)
     finally:
         model.terminate()

@@ -173,7 +173,10 @@ REDIS_URL = _env(env.str, "REDIS_URL", "")
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         _refuse("REDIS_URL", REDIS_URL, "expected a URL starting with redis://, rediss:// or unix://")
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [REDIS_URL]}}}
+    # A socket's read waits up to 15 s (redis-py's default of 5 s equals channels-redis's 5 s blocking pop on
+    # an idle channel, so under load the empty answer came a moment late and the socket died with a timeout).
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                  "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}]}}}
     # The rate limits' counters (chatapp/ratelimits.py) too, so a limit holds across server processes.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
                           "KEY_PREFIX": "chatapp"}}
