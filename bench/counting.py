@@ -1,5 +1,5 @@
 """daphne with counters: SQL statements, template renders, channel-layer sends and thread hops
-(sync_to_async calls), written as JSON to $BENCH_COUNT_FILE ten times a second. bench/load.py --count
+(sync_to_async calls), each also by the innermost function of the app that made it, written as JSON to $BENCH_COUNT_FILE ten times a second. bench/load.py --count
 serves the app through this instead of scripts/serve (after the same migrate and collectstatic) and
 divides the counts of a wave by its messages.
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections import Counter
@@ -18,18 +19,34 @@ from functools import wraps
 counts: Counter = Counter()
 
 
-def counted(owner, name: str, key: str) -> None:
+def caller() -> str:
+    """The innermost function of the app (chatapp/, sessions_core/) on this thread's stack."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if "/chatapp/" in path or "/sessions_core/" in path:
+            return f"{path.rsplit('/', 2)[-2]}/{path.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
+        frame = frame.f_back
+    return "elsewhere (channels, Django)"
+
+
+def counted(owner, name: str, key: str, by_caller: bool = False) -> None:
     original = getattr(owner, name)
+
+    def count() -> None:
+        counts[key] += 1
+        if by_caller:
+            counts[f"{key} <- {caller()}"] += 1
 
     if hasattr(original, "__code__") and original.__code__.co_flags & 0x80:  # a coroutine function
         @wraps(original)
         async def wrapper(*args, **kwargs):
-            counts[key] += 1
+            count()
             return await original(*args, **kwargs)
     else:
         @wraps(original)
         def wrapper(*args, **kwargs):
-            counts[key] += 1
+            count()
             return original(*args, **kwargs)
 
     setattr(owner, name, wrapper)
@@ -42,13 +59,13 @@ def install() -> None:
     from django.db.backends import utils
     from django.template.backends import django as django_backend
 
-    counted(utils.CursorWrapper, "execute", "sql")
-    counted(utils.CursorWrapper, "executemany", "sql")
-    counted(django_backend.Template, "render", "renders")
+    counted(utils.CursorWrapper, "execute", "sql", by_caller=True)
+    counted(utils.CursorWrapper, "executemany", "sql", by_caller=True)
+    counted(django_backend.Template, "render", "renders", by_caller=True)
     for layer in (channels_redis.core.RedisChannelLayer, channels.layers.InMemoryChannelLayer):
         counted(layer, "group_send", "group_sends")
         counted(layer, "send", "sends")
-    counted(SyncToAsync, "__call__", "sync_to_async")
+    counted(SyncToAsync, "__call__", "sync_to_async", by_caller=True)
 
 
 def dump(path: str) -> None:

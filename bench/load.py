@@ -514,7 +514,11 @@ def main() -> None:
                             if figures.counts:
                                 messages = max(1, len([t for t in figures.turns if not t.error]))
                                 print("  per message: " + ", ".join(
-                                    f"{key} {value / messages:.1f}" for key, value in sorted(figures.counts.items())))
+                                    f"{key} {value / messages:.1f}" for key, value in sorted(figures.counts.items())
+                                    if " <- " not in key))
+                                for key, value in sorted(figures.counts.items(), key=lambda item: -item[1]):
+                                    if " <- " in key and value / messages >= 0.5:
+                                        print(f"    {value / messages:5.1f} {key}")
                             errors = [turn.error for turn in figures.turns if turn.error]
                             if errors:
                                 print("  errors (first 3):", errors[:3])
