@@ -27,14 +27,20 @@ def run_child(script: str, url: str, arguments: list[str], capture: bool = True)
     """Run `script --child URL ARGUMENTS...` against the database at `url`, with the app's settings
     as deployed (DEBUG off: no query log kept); its last stdout line is the JSON of its rows."""
     command = [sys.executable, script, "--child", url, *arguments]
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}
-    env.update(DATABASE_URL=url, DEBUG="false", SECRET_KEY="bench-engine", ALLOWED_HOSTS="127.0.0.1",
-               DJANGO_SETTINGS_MODULE="chatapp.settings")
+    env = child_env(url)
     if not capture:
         subprocess.run(command, env=env, check=True)
         return []
     done = subprocess.run(command, env=env, check=True, stdout=subprocess.PIPE, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def child_env(url: str) -> dict[str, str]:
+    """A child's environment: the app's settings as deployed (DEBUG off), on the database at `url`."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}
+    env.update(DATABASE_URL=url, DEBUG="false", SECRET_KEY="bench-engine", ALLOWED_HOSTS="127.0.0.1",
+               DJANGO_SETTINGS_MODULE="chatapp.settings")
+    return env
 
 
 @contextlib.contextmanager
@@ -199,8 +205,6 @@ async def serve_fake_model(port: int, tokens: int, delay: float, ready: Callable
         return b"%x\r\n%s\r\n" % (len(data), data)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-
-
         writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             while True:
@@ -243,3 +247,80 @@ async def serve_fake_model(port: int, tokens: int, delay: float, ready: Callable
     ready(server.sockets[0].getsockname()[1])
     async with server:
         await server.serve_forever()
+
+
+# -- side by side with another engine (bench/engine.py --agno) -------------------------------------
+
+
+def serve_rounds(scenarios: dict[str, tuple[Callable[[str], object], int]], server, baseline: Baseline, loop,
+                 completed: Callable[[object], bool], long_runs: int) -> None:
+    """The child's half of a side-by-side comparison, driven by the parent over stdin/stdout.
+
+    `scenarios`: name -> (run(session_id), model calls per run). "fresh" runs on a new session every
+    time; every other scenario keeps one session, first grown to `long_runs` runs (untimed). Prints
+    "ready", then answers each "round" line with one JSON line {name: [run wall, baseline wall, run CPU,
+    baseline CPU]} (ms), one timed run of each scenario, in an order rotated round by round; stops at
+    any other line or at the end of input."""
+    fresh = iter(range(10**9))
+    for name, (run, _calls) in scenarios.items():
+        if name != "fresh":
+            for _ in range(long_runs):
+                assert completed(run(f"compare-{name}"))
+    print("ready", flush=True)
+    names = list(scenarios)
+    for number, line in enumerate(sys.stdin):
+        if line.strip() != "round":
+            break
+        timings = {}
+        # The first run of a round follows the other engine's round (cold caches): each scenario takes
+        # that place in turn.
+        for name in names[number % len(names):] + names[:number % len(names)]:
+            run, calls = scenarios[name]
+            session_id = f"compare-fresh-{next(fresh)}" if name == "fresh" else f"compare-{name}"
+            mark = len(server.requests)
+            started, started_cpu = time.perf_counter(), time.process_time()
+            output = run(session_id)
+            ran, ran_cpu = time.perf_counter(), time.process_time()
+            assert completed(output), output
+            bodies = server.requests[mark:]
+            assert len(bodies) == calls, (name, len(bodies), calls)
+            loop.run_until_complete(baseline.replay(bodies))
+            done, done_cpu = time.perf_counter(), time.process_time()
+            timings[name] = [(ran - started) * 1000, (done - ran) * 1000, (ran_cpu - started_cpu) * 1000,
+                             (done_cpu - ran_cpu) * 1000]
+        print(json.dumps(timings), flush=True)
+
+
+def drive_rounds(commands: dict[str, tuple[list[str], dict[str, str]]], rounds: int) -> tuple[dict, dict]:
+    """The parent's half: start every child (name -> (command, environment)), wait until each is ready,
+    then ask each in turn for one round, `rounds` times (so the engines see the same moments of the
+    host). Returns ({engine: {scenario: [timings by round]}}, {engine: the child's last line after its
+    rounds: its own summary})."""
+    children = {name: subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                for name, (command, env) in commands.items()}
+    try:
+        for name, child in children.items():
+            line = child.stdout.readline()
+            if line.strip() != "ready":
+                raise SystemExit(f"{name}: the comparison child failed to start ({line.strip()!r})")
+        results = {name: {} for name in children}
+        for number in range(rounds):
+            for name, child in children.items():
+                child.stdin.write("round\n")
+                child.stdin.flush()
+                for scenario, timing in json.loads(child.stdout.readline()).items():
+                    results[name].setdefault(scenario, []).append(timing)
+            if (number + 1) % 25 == 0:
+                print(f"  round {number + 1}/{rounds}", file=sys.stderr, flush=True)
+        summaries = {}
+        for name, child in children.items():
+            child.stdin.write("done\n")
+            child.stdin.close()
+            summaries[name] = json.loads(child.stdout.read().strip().splitlines()[-1])
+            if child.wait() != 0:
+                raise SystemExit(f"{name}: the comparison child failed")
+        return results, summaries
+    finally:
+        for child in children.values():
+            if child.poll() is None:
+                child.kill()

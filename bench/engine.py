@@ -45,6 +45,7 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -72,11 +73,22 @@ def main() -> None:
                         "async (await agent.arun)")
     parser.add_argument("--skip-sqlite", action="store_true")
     parser.add_argument("--profile", type=int, metavar="LENGTH", help="cProfile the runs at this length (SQLite)")
+    parser.add_argument("--agno", metavar="PYTHON", help="instead: side by side with Agno on SQLite, with the "
+                        "Python of a separate venv that has agno installed (bench/agno_engine.py runs there)")
+    parser.add_argument("--compare-runs", type=int, default=100, help="with --agno: timed rounds")
+    parser.add_argument("--compare-length", type=int, default=300, help="with --agno: the long sessions' length")
+    parser.add_argument("--show-sql", action="store_true", help="with --agno: list both engines' statements")
+    parser.add_argument("--against", metavar="CHECKOUT", help="with --agno: also this engine as another checkout "
+                        "of the project has it (a before/after in the same rounds; its engine.py needs --agno)")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: the database URL of a child
+    parser.add_argument("--compare-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.child:
-        child(args)
+        compare_child(args.compare_length) if args.compare_child else child(args)
+        return
+    if args.agno:
+        compare(args)
         return
     if args.profile is not None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -353,6 +365,117 @@ def profile(length: int, runs: int, warmup: int, grows: bool) -> None:
     finally:
         server.stop()
         connections.close_all()
+
+
+# -- side by side with Agno (--agno) ---------------------------------------------------------------
+
+INSTRUCTIONS = "You keep a list of items for the user."
+# The comparison's agents: (history on, the state tool). "fresh" is engine.py's agent on a new session
+# every run; the others keep one session each, measured from run `--compare-length` on.
+COMPARE_SHAPES = {"fresh": (True, True), "history": (True, False), "state": (False, True)}
+COMPARE_CALLS = {"fresh": 2, "history": 1, "state": 2}
+
+
+def compare_responder(body: dict):
+    """The state tool when the agent has it (then one word after its result); else one word."""
+    from tests.llm_server import Text
+
+    if not body.get("tools"):
+        return Text("Done.")
+    return responder(body)
+
+
+def compare(args) -> None:
+    """This engine and Agno side by side on SQLite: each in its own child process, taking turns round by
+    round, every round one timed run of each scenario plus its bare-openai baseline."""
+    with tempfile.TemporaryDirectory() as tmp:
+        def ours(script: str, name: str):
+            env = _support.child_env(f"sqlite:///{tmp}/{name}.sqlite3")
+            return ([sys.executable, script, "--child", env["DATABASE_URL"], "--compare-child", "--compare-length",
+                     str(args.compare_length)], env)
+
+        commands = {"ours": ours(__file__, "ours"),
+                    "agno": ([args.agno, str(ROOT / "bench" / "agno_engine.py"), str(args.compare_length)],
+                             _support.child_env("sqlite://"))}
+        if args.against:
+            commands["before"] = ours(os.path.join(os.path.abspath(args.against), "bench", "engine.py"), "before")
+        print(f"comparing with Agno: {args.compare_runs} rounds, long sessions from run {args.compare_length:,} "
+              "...", file=sys.stderr, flush=True)
+        results, summaries = _support.drive_rounds(commands, args.compare_runs)
+    version = subprocess.run([args.agno, "-c", "import importlib.metadata as m; print(m.version('agno'))"],
+                             capture_output=True, text=True).stdout.strip()
+    print(f"\nThis engine against Agno {version} (SqliteDb), SQLite, sync path (agent.run), the same local model "
+          f"server; {args.compare_runs} rounds taking turns; ms, medians")
+    rows = [("scenario", "ours run", "Agno run", "run ratio", "ours own", "Agno own", "own ratio", "ours CPU",
+             "Agno CPU", "SQL ours", "SQL Agno")]
+    labels = {"fresh": "fresh session (history + state tool)",
+              "history": f"history, runs {args.compare_length:,}+", "state": f"state tool, runs {args.compare_length:,}+"}
+    engines = ["ours", "agno", *(["before"] if args.against else [])]
+    for scenario in COMPARE_SHAPES:
+        figures = {}
+        for engine_name in engines:
+            timings = results[engine_name][scenario]
+            figures[engine_name] = (statistics.median(t[0] for t in timings),
+                                    statistics.median(t[0] - t[1] for t in timings),
+                                    statistics.median(t[2] - t[3] for t in timings))
+        (run_o, own_o, cpu_o), (run_a, own_a, cpu_a) = figures["ours"], figures["agno"]
+        rows.append((labels[scenario], f"{run_o:.2f}", f"{run_a:.2f}", f"{run_o / run_a:.2f}x", f"{own_o:.2f}",
+                     f"{own_a:.2f}", f"{own_o / own_a:.2f}x", f"{cpu_o:.2f}", f"{cpu_a:.2f}",
+                     str(summaries["ours"]["queries"][scenario]), str(summaries["agno"]["queries"][scenario])))
+        if args.against:
+            run_b, own_b, cpu_b = figures["before"]
+            rows.append((f"  {args.against} (before)", f"{run_b:.2f}", "", f"{run_b / run_a:.2f}x", f"{own_b:.2f}", "",
+                         f"{own_b / own_a:.2f}x", f"{cpu_b:.2f}", "", str(summaries["before"]["queries"][scenario]), ""))
+    _support.print_table(rows)
+    print("run = the whole agent.run; own = run minus the bare-openai replay of its requests; CPU = own, process "
+          "CPU time. SQL: ours by CaptureQueriesContext (BEGIN/COMMIT/SAVEPOINT included), Agno's as SQLAlchemy "
+          "hands them to the driver (COMMIT included; the driver's implicit BEGIN not).")
+    if args.show_sql:
+        for engine_name in engines:
+            for scenario, statements in summaries[engine_name]["statements"].items():
+                print(f"\n{engine_name}, {labels[scenario]}: {len(statements)} statements")
+                for number, sql in enumerate(statements, start=1):
+                    print(f"{number:3}. {sql}")
+    print(_support.load_line())
+
+
+def compare_child(long_runs: int) -> None:
+    """This engine's side of `compare`."""
+    with _support.throwaway_database("bench_engine"):
+        from django.db import connection, connections
+        from django.test.utils import CaptureQueriesContext
+
+        from sessions_core import Agent
+        from sessions_core.llm import OpenAIChat
+
+        server = _support.start_server(compare_responder)
+        loop = asyncio.new_event_loop()
+        baseline = _support.Baseline(server.base_url)
+        model = OpenAIChat(id="bench-model", base_url=server.base_url, api_key="bench", max_retries=0)
+        agents = {name: Agent(name="bench", model=model, tools=[append_item] if tool else [],
+                              session_state={"items": []}, instructions=INSTRUCTIONS,
+                              add_history_to_context=history, num_history_runs=3)
+                  for name, (history, tool) in COMPARE_SHAPES.items()}
+        scenarios = {name: ((lambda session_id, agent=agents[name]: agent.run(PROMPT, session_id=session_id)),
+                            COMPARE_CALLS[name]) for name in agents}
+
+        def completed(output) -> bool:
+            return output.status == "completed"
+
+        for number in range(5):  # warm-up on throwaway sessions
+            for name, (run, _calls) in scenarios.items():
+                assert completed(run(f"warmup-{name}-{number}"))
+        _support.serve_rounds(scenarios, server, baseline, loop, completed, long_runs)
+        counts, listed = {}, {}
+        for name, (run, _calls) in scenarios.items():
+            with CaptureQueriesContext(connection) as captured:
+                run("compare-fresh-sql" if name == "fresh" else f"compare-{name}")
+            counts[name] = len(captured.captured_queries)
+            listed[name] = [" ".join(query["sql"].split())[:160] for query in captured.captured_queries]
+        loop.run_until_complete(baseline.close())
+        server.stop()
+        connections.close_all()
+    print(json.dumps({"queries": counts, "statements": listed}))
 
 
 if __name__ == "__main__":

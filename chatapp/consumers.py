@@ -65,15 +65,14 @@ import json
 from dataclasses import dataclass
 
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from sessions_core import limits
 from sessions_core.models import ChatSession
-from sessions_core.storable import storable
 
 from . import dbthreads, live, ratelimits, titles
 from .broadcast import session_group, user_group
+from .forms import MessageTextError, message_text
 from .live import ID_MAX
 from .rendering import render_composer_text, render_status
 
@@ -104,14 +103,10 @@ def _id(data: dict, key: str, required: bool = False) -> str:
 
 
 def _text(data: dict) -> str:
-    text = data.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise FrameError("Type a message first.")
-    text = storable(text.strip())  # as the engine stores it: NUL and lone surrogates become U+FFFD
-    limit = settings.CHAT_MAX_MESSAGE_CHARS
-    if len(text) > limit:
-        raise FrameError(f"The message is {len(text):,} characters long; the limit is {limit:,}.")
-    return text
+    try:
+        return message_text(data.get("text"))
+    except MessageTextError as exc:
+        raise FrameError(str(exc)) from None
 
 
 def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame:

@@ -1,18 +1,48 @@
-"""Forms: new session, rename, state edit (sign-up uses Django's UserCreationForm)."""
+"""Forms: a chat's first message, rename, state edit (sign-up uses Django's UserCreationForm)."""
 
 from __future__ import annotations
 
 import json
 
 from django import forms
+from django.conf import settings
 
 from sessions_core import limits
+from sessions_core.storable import storable
 
 from .assistants import ASSISTANTS
 
 
-class NewSessionForm(forms.Form):
-    assistant = forms.ChoiceField(choices=[(a.id, a.name) for a in ASSISTANTS.values()], widget=forms.RadioSelect)
+class MessageTextError(ValueError):
+    """A message that cannot be sent; the text says why, for the user."""
+
+
+def message_text(value) -> str:
+    """A message as it is run: trimmed, stored as the engine stores it (NUL and lone surrogates become
+    U+FFFD), 1 to CHAT_MAX_MESSAGE_CHARS characters. The socket's frames and the first message of a new
+    chat are checked here alike."""
+    if not isinstance(value, str) or not value.strip():
+        raise MessageTextError("Type a message first.")
+    text = storable(value.strip())
+    limit = settings.CHAT_MAX_MESSAGE_CHARS
+    if len(text) > limit:
+        raise MessageTextError(f"The message is {len(text):,} characters long; the limit is {limit:,}.")
+    return text
+
+
+class FirstMessageForm(forms.Form):
+    """A new chat: the assistant picked in the header and the first message (the chat is made with it)."""
+
+    assistant = forms.ChoiceField(choices=[(a.id, a.name) for a in ASSISTANTS.values()],
+                                  error_messages={"invalid_choice": "Choose one of the assistants.",
+                                                  "required": "Choose one of the assistants."})
+    text = forms.CharField(required=False, strip=False)
+
+    def clean_text(self) -> str:
+        try:
+            return message_text(self.cleaned_data["text"])
+        except MessageTextError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
 
 class RenameForm(forms.Form):

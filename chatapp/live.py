@@ -3,7 +3,9 @@
 A run is an asyncio task that outlives the socket which asked for it. Each session with work in
 this process has one `SessionRunner`: a FIFO of waiting messages and the run in flight. Every waiting
 message is also a `QueuedMessage` row until its run starts, so a process that stops loses none of them:
-the next socket to find the session idle adopts them (`adopt_orphans`). The task
+the next socket to find the session idle adopts them (`adopt_orphans`), and one whose turn comes while a
+run of another process holds the session stays stored until that run lets go, so a tab served by any
+process can drop it. The task
 iterates `agent.arun(..., stream=True, stream_events=True)` and turns every event into HTML sent to
 the session's channel group (so every tab of that session sees it):
 
@@ -41,6 +43,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
+from sessions_core import run_registry
 from sessions_core.branches import RunNotFoundError, SessionBusyError
 from sessions_core.component import Component
 from sessions_core.events import RunEvent, StepStartedEvent, TeamRunStartedEvent, WorkflowStartedEvent
@@ -234,8 +237,12 @@ async def _to_session(session_pk: int, html: str) -> None:
 
 async def lease_left(session: ChatSession) -> float | None:
     """Seconds until the session's run lease expires; None when no run holds it."""
+    return await _lease_left(session.pk, session.owner_id)
+
+
+async def _lease_left(session_pk: int, owner_pk: int | None) -> float | None:
     now = timezone.now()
-    expires = await (ChatSession.objects.for_user(session.owner_id).filter(pk=session.pk).leased(now)
+    expires = await (ChatSession.objects.for_user(owner_pk).filter(pk=session_pk).leased(now)
                      .values_list("lease_expires_at", flat=True).afirst())
     return None if expires is None else (expires - now).total_seconds()
 
@@ -408,6 +415,8 @@ async def _drain(runner: SessionRunner) -> None:
                 continue
             runner.starting = item  # from here a Stop without a run id stops it (at its RunStarted)
             try:
+                if item.shown_queued:
+                    await _wait_for_other_processes(runner)
                 if not await _take(item):
                     continue
                 await _run_one(runner, item)
@@ -424,6 +433,16 @@ async def _drain(runner: SessionRunner) -> None:
             runner.task = asyncio.create_task(_drain(runner), name=f"chat-session-{runner.session_pk}")
         elif _runners.get(runner.session_pk) is runner:
             del _runners[runner.session_pk]
+
+
+async def _wait_for_other_processes(runner: SessionRunner) -> None:
+    """While a run of another process holds the session, wait before taking the next message off the
+    stored queue, where a tab served by any process can still drop it (the engine would wait for the
+    lease all the same, with the message no longer stored). Polled with the engine's back-off."""
+    delay = 0.005
+    while await _lease_left(runner.session_pk, runner.owner_pk) is not None:
+        await run_registry.wait_for_lease(runner.session_pk, delay)
+        delay = min(delay * 2, 0.25)
 
 
 async def _take(item: Pending) -> bool:

@@ -123,11 +123,19 @@ class ToolCallView:
         except ValueError:
             return _one_line(self.arguments)
         if not isinstance(args, dict):
-            return _one_line(json.dumps(args, ensure_ascii=False))
-        if len(args) == 1 and isinstance(next(iter(args.values())), str):
-            return _one_line(next(iter(args.values())))
-        return _one_line(", ".join(f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
-                                   for key, value in args.items()))
+            return _one_line(_argument(args))
+        if len(args) == 1 and isinstance(value := next(iter(args.values())), (str, list)):
+            return _one_line(_argument(value))  # add_item · milk; add_items · milk, eggs
+        return _one_line(", ".join(f"{key}={_argument(value)}" for key, value in args.items()))
+
+
+def _argument(value) -> str:
+    """One argument as a reader writes it: a string bare, a list of plain values as "a, b", else JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(item, (str, int, float, bool)) for item in value):
+        return ", ".join(item if isinstance(item, str) else json.dumps(item) for item in value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _one_line(text: str, limit: int = 80) -> str:
@@ -424,6 +432,8 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
                    .only("version", "patch", "inverse", "source", "created_at", "run__run_id")
                    .order_by("-version")[:TIMELINE_CHANGES])
     state_json = json.dumps(session.session_state, indent=2, ensure_ascii=False)
+    defaults = list(assistant_defaults(session.component_id))
+    summary = SessionSummary.from_dict(session.summary)
     return {
         "session": session,
         "tree": state_view.tree(session.session_state, changed_keys),
@@ -432,8 +442,10 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
         "form_text": state_json if edit_text is None else edit_text,
         "form_version": session.state_version if edit_version in (None, "") else edit_version,
         "assistant_name": assistant_name(session.component_id),
-        "default_keys": list(assistant_defaults(session.component_id)),
-        "summary": SessionSummary.from_dict(session.summary),
+        "default_keys": defaults,
+        "summary": summary,
+        # An assistant without state (and nothing stored, no summary): the page shows no state panel.
+        "has_state": bool(defaults or session.session_state or changes or summary),
         **extra,
     }
 

@@ -288,8 +288,11 @@ CHAT_MESSAGES_PER_MINUTE = _number("CHAT_MESSAGES_PER_MINUTE", 20, int)  # sends
 CHAT_RUNS_IN_FLIGHT = _number("CHAT_RUNS_IN_FLIGHT", 5, int)  # replies running or queued at once
 CHAT_NEW_CHATS_PER_MINUTE = _number("CHAT_NEW_CHATS_PER_MINUTE", 10, int)
 CHAT_IMPORTS_PER_HOUR = _number("CHAT_IMPORTS_PER_HOUR", 20, int)
-# Sign-in attempts (every POST to the login form, per username and per client address).
-CHAT_LOGINS_PER_ACCOUNT_PER_HOUR = _number("CHAT_LOGINS_PER_ACCOUNT_PER_HOUR", 20, int)
+# Sign-ins: wrong passwords per username and per client address; every attempt per address. Sign-up
+# attempts (every POST of the form) per address.
+CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR = _number("CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", 20, int)
+CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR = _number("CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR", 50, int)
 CHAT_LOGINS_PER_ADDRESS_PER_HOUR = _number("CHAT_LOGINS_PER_ADDRESS_PER_HOUR", 100, int)
+CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR = _number("CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR", 10, int)
 # How long one tool call may take before the model is told it timed out (seconds).
 CHAT_TOOL_TIMEOUT_SECONDS = _number("CHAT_TOOL_TIMEOUT_SECONDS", 60.0)

@@ -6,7 +6,7 @@ import json
 
 import jsonpatch
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 MAX_DEPTH = 12  # deeper values are shown as JSON text
@@ -40,10 +40,16 @@ def _node(value, depth: int) -> SafeString:
     return _scalar(value)
 
 
+def _key(key) -> SafeString:
+    """A key that may break after its underscores (preferred_<wbr>delivery_<wbr>window) rather than mid-word
+    when the panel is narrower than it."""
+    return mark_safe("_<wbr>".join(escape(part) for part in str(key).split("_")))
+
+
 def _entries(mapping: dict, depth: int, changed) -> SafeString:
     return format_html_join(
         "", '<div class="state-entry{}" data-key="{}"><dt>{}</dt><dd>{}</dd></div>',
-        ((" changed" if key in changed else "", key, key, _node(value, depth)) for key, value in mapping.items()),
+        ((" changed" if key in changed else "", key, _key(key), _node(value, depth)) for key, value in mapping.items()),
     )
 
 

@@ -6,7 +6,7 @@ from django.views.generic import RedirectView
 
 from . import views
 from .converters import SessionIdConverter
-from .ratelimits import LOGINS_PER_ACCOUNT, LOGINS_PER_ADDRESS, by_account, by_address, limit_posts
+from .ratelimits import limit_sign_ins
 
 register_converter(SessionIdConverter, "sid")
 
@@ -45,9 +45,11 @@ class FaviconRedirect(RedirectView):
 urlpatterns = [
     # Pages without the icon link (the admin's) make the browser ask for /favicon.ico.
     path("favicon.ico", FaviconRedirect.as_view(permanent=True)),
+    # The admin's own login form counts against the same sign-in limits (its failures are counted already).
+    path("admin/login/", limit_sign_ins(admin.site.login)),
     path("admin/", admin.site.urls),
-    path("accounts/login/", limit_posts((LOGINS_PER_ADDRESS, by_address), (LOGINS_PER_ACCOUNT, by_account))(
-        auth_views.LoginView.as_view(redirect_authenticated_user=True)), name="login"),
+    path("accounts/login/", limit_sign_ins(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
+         name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),
     path("", include((chat_patterns, "chat"))),

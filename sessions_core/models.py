@@ -56,12 +56,21 @@ class ChatSessionQuerySet(models.QuerySet):
     def new(self, *, owner, component_id: str = "", kind: str = "agent", metadata=None, session_id=None,
             now=None, **fields) -> "ChatSession":
         """The one place a session is created (a run's first turn, the web's new chat, an import)."""
+        session = self.build(owner=owner, component_id=component_id, kind=kind, metadata=metadata,
+                             session_id=session_id, now=now, **fields)
+        session.save(force_insert=True, using=self.db)
+        return session
+
+    def build(self, *, owner, component_id: str = "", kind: str = "agent", metadata=None, session_id=None,
+              now=None, **fields) -> "ChatSession":
+        """The unsaved session `new` would create (the engine inserts a new session and its first run
+        at once with it: run_sql.RunStore.start_new_session)."""
         now = now or timezone.now()
         if session_id:
             fields["session_id"] = session_id
         fields.setdefault("created_at", now)
         fields.setdefault("last_activity_at", now)
-        return self.create(owner=owner, component_id=component_id, kind=kind, metadata=dict(metadata or {}), **fields)
+        return self.model(owner=owner, component_id=component_id, kind=kind, metadata=dict(metadata or {}), **fields)
 
     def trashed(self):
         return self.filter(deleted_at__isnull=False)

@@ -37,6 +37,13 @@ def resolve_user(user_id, alias: str, create: bool = True):
     return user
 
 
+def owner_known(user_ref) -> bool:
+    """Whether `resolve_user` answers without the database: no user, or a User (saved, or anonymous)."""
+    if user_ref is None or user_ref == "":
+        return True
+    return _is_user(user_ref) and (user_ref.pk is not None or not user_ref.is_authenticated)
+
+
 def _valid_user_name(user_id) -> str:
     User = get_user_model()
     name, longest = str(user_id), User._meta.get_field(User.USERNAME_FIELD).max_length

@@ -77,7 +77,7 @@ _MESSAGE_FIELDS = ("session", "run", "seq", "role", "content", "tool_calls", "to
 _HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
 _RUN_FIELDS = ("run_id", "session", "parent_run", "kind", "step_name", "follows", "abandoned", "component_id", "status",
                "input", "content", "content_type", "error", "model_id", "metrics", "history_seqs",
-               "cancel_requested", "created_at")
+               "cancel_requested", "created_at", "finished_at")
 _CHANGE_FIELDS = ("session", "run", "version", "patch", "inverse", "source", "created_at")
 
 
@@ -172,8 +172,36 @@ class RunSQL:
             f"UPDATE {run} SET {', '.join(f'{column} = %s' for column in run_columns.values())}"
             f" WHERE {r['id']} = %s"
         )
+        # A new session and its first run (RunStore.start_new_session): the session is inserted with the
+        # lease taken and the run's id as its current leaf, that id drawn before the run is inserted.
+        self._session_fields = [field for field in ChatSession._meta.concrete_fields
+                                if not field.primary_key and field.name != "current_leaf"]
+        session_columns = ", ".join([quote(field.column) for field in self._session_fields] + [s["current_leaf"]])
+        session_values = ", ".join(["%s"] * len(self._session_fields))
+        run_pk_column = quote(Run._meta.pk.column)
+        if connection.vendor == "postgresql":
+            next_run_pk = f"nextval(pg_get_serial_sequence('{run}', '{Run._meta.pk.column}'))"
+        else:  # AUTOINCREMENT: the next id is one past the highest ever given (the write lock is held)
+            next_run_pk = (f"COALESCE((SELECT seq FROM sqlite_sequence WHERE name = '{Run._meta.db_table}'), 0) + 1")
+        conflict = f" ON CONFLICT ({s['session_id']}) DO NOTHING RETURNING {s['id']}, {s['current_leaf']}"
+        self.insert_new_session = (f"INSERT INTO {session} ({session_columns}) VALUES ({session_values},"
+                                   f" ({next_run_pk})){conflict}")
+        self.insert_run_with_pk = (
+            f"INSERT INTO {run} ({run_pk_column}, {', '.join(_columns(Run, connection, _RUN_FIELDS))})"
+            f" VALUES (%s, {', '.join(['%s'] * len(_RUN_FIELDS))})"
+        )
         if connection.vendor == "postgresql":
             self._together = {}
+            self._next_run_pk = next_run_pk
+            self._new_session_returns = (s["id"], s["current_leaf"])
+            self._new_session = (f"INSERT INTO {session} ({session_columns}) VALUES ({session_values},"
+                                 f" (SELECT pk FROM ids)){conflict}")
+            self._new_run_names = [name for name in _RUN_FIELDS if name != "session"]
+            self._new_run_row = _typed_row(Run, connection, tuple(self._new_run_names))
+            self._new_run_columns = ", ".join([run_pk_column, *_columns(Run, connection, ("session",)),
+                                               *_columns(Run, connection, tuple(self._new_run_names))])
+            self._new_message_names = [name for name in _MESSAGE_FIELDS if name not in ("session", "run")]
+            self._new_message_row = _typed_row(Message, connection, tuple(self._new_message_names))
             self._take_lease_after_new_run = self.take_lease.replace(
                 "COALESCE(%s, ", f"COALESCE((SELECT {quote(Run._meta.pk.column)} FROM new_run), ", 1)
             self._release, self._release_where, self._session_id = release, where, s["id"]
@@ -182,7 +210,7 @@ class RunSQL:
             self._change_row = _typed_row(StateChange, connection, _CHANGE_FIELDS)
             self._message_row = _typed_row(Message, connection, _MESSAGE_FIELDS)
             self._change_columns, self._message_columns = change_columns, message_columns
-            self._tables = (_table(StateChange, connection), message)
+            self._tables = (_table(StateChange, connection), message, run)
             # A run's first messages take the new run's id, so their VALUES leave the run column out.
             self._first_names = [name for name in _MESSAGE_FIELDS if name != "run"]
             self._first_row = _typed_row(Message, connection, tuple(self._first_names))
@@ -202,6 +230,29 @@ class RunSQL:
                 f" (VALUES {', '.join([self._first_row] * messages)}) AS v({', '.join(self._first_names)}))"
                 f", leased AS ({self._take_lease_after_new_run})"
                 f" SELECT * FROM new_run"
+            )
+        return statement
+
+    def start_new_session(self, messages: int) -> str:
+        """PostgreSQL: insert a new session (lease taken), its first run and that run's first `messages`
+        messages as one statement, which returns (session id, run id), or nothing when a session of that
+        id exists already (then nothing is written)."""
+        key = ("new", messages)
+        statement = self._together.get(key)
+        if statement is None:
+            pk, leaf = self._new_session_returns
+            message_select = ", ".join([f"new_session.{pk}", f"new_session.{leaf}",
+                                        *(f"v.{name}" for name in self._new_message_names)])
+            statement = self._together[key] = (
+                f"WITH ids AS (SELECT {self._next_run_pk} AS pk)"
+                f", new_session AS ({self._new_session})"
+                f", new_run AS (INSERT INTO {self._tables[2]} ({self._new_run_columns})"
+                f" SELECT new_session.{leaf}, new_session.{pk}, v.* FROM new_session,"
+                f" (VALUES {self._new_run_row}) AS v)"
+                f", new_messages AS (INSERT INTO {self._tables[1]} ({self._message_columns})"
+                f" SELECT {message_select} FROM new_session,"
+                f" (VALUES {', '.join([self._new_message_row] * messages)}) AS v({', '.join(self._new_message_names)}))"
+                f" SELECT {pk}, {leaf} FROM new_session"
             )
         return statement
 
@@ -241,7 +292,8 @@ def _statements_for(connection, qmark: bool) -> RunSQL:
         sql = RunSQL(connection)
         if qmark:  # no statement holds a literal % or ?, so this swaps placeholders only
             for name, value in vars(sql).items():
-                setattr(sql, name, value.replace("%s", "?"))
+                if isinstance(value, str):
+                    setattr(sql, name, value.replace("%s", "?"))
         _statements[key] = sql
     return sql
 
@@ -299,18 +351,19 @@ class RunStore:
 
     @contextmanager
     def atomic(self, one_statement: bool = False):
-        """One transaction for a step. Outside any `atomic` block, and with direct statements, it is
-        begun and ended here (not at all for a step of `one_statement`, atomic by itself); otherwise it
-        is Django's `atomic` (a savepoint inside a caller's block). When begun here, Django does not know
+        """One transaction for a step. Outside any `atomic` block, none at all for a step of
+        `one_statement` (atomic by itself); with direct statements it is begun and ended here; otherwise
+        it is Django's `atomic` (a savepoint inside a caller's block). When begun here, Django does not know
         of it: plain ORM statements inside join it, but nothing that needs a transaction of Django's
         (`atomic`, `select_for_update`) may run inside."""
         connection = self.connection
-        if not self._direct or connection.in_atomic_block or not connection.get_autocommit():
+        outside = not connection.in_atomic_block and connection.get_autocommit()
+        if one_statement and outside:  # with query logging on too: one statement in autocommit is atomic
+            yield
+            return
+        if not self._direct or not outside:
             with transaction.atomic(using=self.alias):
                 yield
-            return
-        if one_statement:
-            yield
             return
         mode = connection.settings_dict.get("OPTIONS", {}).get("transaction_mode")  # SQLite: IMMEDIATE here
         self.execute(f"BEGIN {mode}" if mode and connection.vendor == "sqlite" else "BEGIN")
@@ -362,15 +415,19 @@ class RunStore:
 
     def insert_run(self, *, run_id: str, session_pk: int, component_id: str, input: str, model_id: str,
                    history_seqs: list | None, now: datetime.datetime, kind: str = "agent", parent_pk: int | None = None,
-                   step_name: str = "", follows_pk: int | None = None) -> int:
+                   step_name: str = "", follows_pk: int | None = None, **outcome) -> int:
+        """A run row, running; with `outcome` (status, content, content_type, error, metrics and
+        finished_at, as `finish_run` writes them), a row that is over already."""
         params = self._run_params(run_id, session_pk, component_id, input, model_id, history_seqs, now, kind,
-                                  parent_pk, step_name, follows_pk)
+                                  parent_pk, step_name, follows_pk, **outcome)
         return self.execute(self.sql.insert_run, params).fetchone()[0]
 
     def _run_params(self, run_id, session_pk, component_id, input, model_id, history_seqs, now, kind="agent",
-                    parent_pk=None, step_name="", follows_pk=None) -> tuple:
-        return (run_id, session_pk, parent_pk, str(kind), step_name, follows_pk, False, component_id,
-                RunStatus.RUNNING.value, input, "", "str", "", model_id, self._json({}), self._json(history_seqs), False, self._datetime(now))
+                    parent_pk=None, step_name="", follows_pk=None, *, status=RunStatus.RUNNING, content="",
+                    content_type="str", error="", metrics=None, finished_at=None) -> tuple:
+        return (run_id, session_pk, parent_pk, str(kind), step_name, follows_pk, False, component_id, str(status),
+                input, content, content_type, error, model_id, self._json(metrics or {}), self._json(history_seqs),
+                False, self._datetime(now), None if finished_at is None else self._adapt_datetime(finished_at))
 
     def insert_messages(self, rows: list[tuple]) -> None:
         """Rows of (session_pk, run_pk, seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, now)."""
@@ -378,11 +435,13 @@ class RunStore:
             self.execute(self.sql.insert_message + ", ".join([self.sql.message_values] * len(rows)),
                          self._message_params(rows))
 
-    def _message_params(self, rows: list[tuple], without_run: bool = False) -> list:
+    def _message_params(self, rows: list[tuple], without_run: bool = False,
+                        without_session_and_run: bool = False) -> list:
         params = []
         for session_pk, run_pk, seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, now in rows:
-            params += (session_pk, *(() if without_run else (run_pk,)), seq, str(role), content,
-                       self._json(tool_calls), tool_call_id, tool_name, tool_error, self._datetime(now))
+            keys = () if without_session_and_run else (session_pk,) if without_run else (session_pk, run_pk)
+            params += (*keys, seq, str(role), content, self._json(tool_calls), tool_call_id, tool_name, tool_error,
+                       self._datetime(now))
         return params
 
     def insert_changes(self, rows: list[tuple]) -> None:
@@ -441,6 +500,30 @@ class RunStore:
         self.insert_messages([(row[0], run_pk, *row[2:]) for row in messages])
         self.take_lease(*lease, leaf=run_pk)
         return run_pk
+
+    def start_new_session(self, *, session: ChatSession, run: dict, messages: list[tuple]) -> tuple[int, int] | None:
+        """A new session's first start, written at once: insert `session` (unsaved, its lease already
+        set: ChatSession.objects.build) with the run's id as its current leaf, the run (`run`: the
+        arguments of `insert_run` but the session) and its first messages (rows as for `insert_messages`,
+        whose session and run are filled in). Returns (session id, run id), or None, having written
+        nothing, when a session of that id exists already. One statement on PostgreSQL
+        (`RunSQL.start_new_session`); elsewhere the statements one by one. Call it inside `atomic()`."""
+        connection = self.connection
+        values = [field.get_db_prep_save(getattr(session, field.attname), connection)
+                  for field in self.sql._session_fields]
+        if self.writes_in_one_statement and messages:
+            run_params = self._run_params(session_pk=None, **run)  # the session's id is the new one's
+            params = [*values, run_params[0], *run_params[2:],
+                      *self._message_params(messages, without_session_and_run=True)]
+            row = self.execute(self.sql.start_new_session(len(messages)), params).fetchone()
+            return None if row is None else (row[0], row[1])
+        row = self.execute(self.sql.insert_new_session, values).fetchone()
+        if row is None:
+            return None
+        session_pk, run_pk = row
+        self.execute(self.sql.insert_run_with_pk, (run_pk, *self._run_params(session_pk=session_pk, **run)))
+        self.insert_messages([(session_pk, run_pk, *message[2:]) for message in messages])
+        return session_pk, run_pk
 
     @property
     def writes_in_one_statement(self) -> bool:

@@ -15,6 +15,7 @@ import logging
 import secrets
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from .model_api import ModelChunk, ModelError
 from .models import ChatSession, Role, Run, RunStatus
 from .outputs import OUTPUT_CLASSES, RunOutput
 from .state_tracker import StateTracker
-from .owners import check_owner, resolve_user, user_label
+from .owners import check_owner, owner_known, resolve_user, user_label
 from .run_sql import RunStore, SessionRow
 from .storable import storable, storable_tree
 from .summary import aupdate_session_summary
@@ -57,6 +58,7 @@ logger = logging.getLogger("sessions_core")
 LEASE_SECONDS = 30
 HEARTBEAT_SECONDS = 10
 CHECKPOINT_SECONDS = 1.0
+FINISH_RETRY_SECONDS = 10.0  # how long storing a run's outcome is tried again while the database is unreachable
 MAX_MODEL_CALLS = 25
 
 __all__ = ["RunLoop", "RunOutput"]
@@ -91,7 +93,8 @@ class RunLoop:
 
     def __init__(self, config: RunConfig, input, *, session_id: str, user, session_state: dict | None,
                  run_id: str | None = None, parent: RunLoop | None = None, step_name: str = "",
-                 source_prefix: str = "", branch: tuple[str | None, str] | None = None):
+                 source_prefix: str = "", branch: tuple[str | None, str] | None = None, row_at_end: bool = False,
+                 defer_finish: bool = False):
         self.config = config
         self.alias = config.alias
         self.model = config.model
@@ -105,6 +108,13 @@ class RunLoop:
         self.root: RunLoop = parent.root if parent is not None else self
         self.branch = branch  # (run id, "regenerate" | "edit"): a sibling of that run (branches.py)
         self.step_name = step_name
+        # A child whose row is stored only as it ends, with its outcome, in one statement (a function
+        # step outside a Parallel: it has no messages, and nothing starts beside it to be listed after it).
+        self.row_at_end = row_at_end
+        # A child whose messages and outcome are written with the tree's next write (the next step's
+        # start, the run's finish): a workflow's step outside a Parallel, when the next write comes at once.
+        self.defer_finish = defer_finish and not row_at_end
+        self.pending: deque = deque()  # root: [(message rows, run pk, now, outcome)] of children deferred
         self.source_prefix = source_prefix  # "step:<name>/" or "member:<name>/" on the state changes it makes
         self.event_classes = RUN_EVENT_CLASSES.get(config.kind, RUN_EVENT_CLASSES["agent"])
         self.lease_token = secrets.token_hex(16)
@@ -128,6 +138,7 @@ class RunLoop:
         self.checkpoint_due = 0.0
         self.last_seq = 0  # the seq of the run's last message so far
         self.created_at = 0.0  # the run row's created_at, in seconds since the epoch
+        self.start_time = None  # the same as a datetime, for a row stored only as the run ends
         self.loop: asyncio.AbstractEventLoop | None = None
         # Set while the model streams.
         self.reader: asyncio.Task | None = None  # the task, while it waits for the model's next chunk
@@ -294,16 +305,24 @@ class RunLoop:
         with RunStore(alias) as store:
             with store.atomic():
                 session = self._load_for_run(store, now)
+                if session is None and self.branch is None and owner_known(self.user_ref):
+                    # A new session, written with its first run at once (nothing to read: no history,
+                    # no summary, no lease); None if another run created it a moment ago.
+                    start = self._start_new(store, now)
+                    if start is not None:
+                        return start
+                    session = self._load_for_run(store, now)
                 if session is not None:
                     return self._start_on(store, session, now)
-            # A new session: made with the ORM, inside Django's transaction (a lost race rolls back a savepoint).
+            # A new session of a user named by id (found or created with the ORM), inside Django's
+            # transaction (a lost race rolls back a savepoint).
             with transaction.atomic(using=alias):
                 session = self._load_for_run(store, now) or self._create_session(store, now)
                 return self._start_on(store, session, now)
 
     def _start_on(self, store: RunStore, session: SessionRow, now) -> _Start:
         """The start step on a loaded, locked session: the lease, the run row and its first messages."""
-        config, alias = self.config, self.alias
+        alias = self.alias
         if session.lease_live:
             return _Start(busy=True, session_pk=session.pk)
         elif session.lease_token:
@@ -317,30 +336,60 @@ class RunLoop:
             follows = target.follows_id
             if source == "regenerate":
                 self.input = self.output.input = self.raw_input = target.input
+        start, first, rows, run = self._prepare_start(store, session, follows, now)
+        start.run_pk = store.start_run(
+            run={"session_pk": session.pk, **run}, messages=rows,
+            lease=(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq),
+        )
+        self._started(start, first, now)
+        return start
+
+    def _start_new(self, store: RunStore, now) -> _Start | None:
+        """The start step on a session that does not exist yet: the session (its lease taken), the run
+        row and its first messages inserted together; None, having written nothing, if it exists now."""
+        config = self.config
+        empty = SessionRow(pk=0, owner_id=None, owner_name=None, state_text="{}", state_version=0, summary=None,
+                           last_seq=0, lease_token="", lease_live=False)
+        start, first, rows, run = self._prepare_start(store, empty, None, now)
+        session = ChatSession.objects.using(self.alias).build(
+            session_id=self.session_id, owner=resolve_user(self.user_ref, self.alias), kind=config.kind,
+            component_id=config.component_id, metadata=config.session_metadata, now=now,
+            lease_token=self.lease_token, lease_expires_at=now + timedelta(seconds=LEASE_SECONDS),
+            last_seq=self.last_seq,
+        )
+        created = store.start_new_session(session=session, run=run, messages=rows)
+        if created is None:
+            return None
+        start.session_pk, start.run_pk = created
+        self._started(start, first, now)
+        return start
+
+    def _prepare_start(self, store: RunStore, session: SessionRow, follows: int | None, now):
+        """The merged state, history and first messages of a run starting on `session` (pk 0: a new
+        one), with its message rows and run row as the start step writes them (the session's id aside)."""
+        config = self.config
         merged = state_module.merge_for_run(config.session_state, session.state_text, self.run_state,
                                             config.overwrite_db_session_state)
         start = _Start(session_pk=session.pk, base_version=session.state_version, summary=session.summary,
                        base_text=session.state_text, state=merged.state, state_text=merged.text,
                        changes=merged.changes, state_error=merged.error)
-        if config.add_history_to_context:
+        if config.add_history_to_context and session.pk:  # a new session has no history yet
             start.history = history_module.history(store, session.pk, config.num_history_runs,
                                                    config.num_history_messages)
         system = prompt.system_message(config, {**start.state, **self._injected()}, self.user_id, start.summary)
         first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
         first.append(ChatMessage(role=Role.USER, content=self.input))
         rows, self.last_seq = self._message_rows(session.pk, None, first, session.last_seq, now)  # run: filled in
-        start.run_pk = store.start_run(
-            run={"run_id": self.run_id, "session_pk": session.pk, "component_id": config.component_id,
-                 "input": self.input, "model_id": self.model.id if self.model else "", "now": now,
-                 "kind": config.kind, "follows_pk": follows,
-                 "history_seqs": [m.seq for m in start.history] if config.store_history_messages else None},
-            messages=rows,
-            lease=(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq),
-        )
+        run = {"run_id": self.run_id, "component_id": config.component_id, "input": self.input,
+               "model_id": self.model.id if self.model else "", "now": now, "kind": config.kind,
+               "follows_pk": follows,
+               "history_seqs": [m.seq for m in start.history] if config.store_history_messages else None}
+        return start, first, rows, run
+
+    def _started(self, start: _Start, first: list[ChatMessage], now) -> None:
         self.output.messages = first[:-1] + start.history + first[-1:]
         self.created_at = now.timestamp()
         self.output.created_at = int(self.created_at)
-        return start
 
     def _create_session(self, store: RunStore, now) -> SessionRow:
         """A new session for this run; if another run created it a moment ago, that one (checked and locked)."""
@@ -367,10 +416,14 @@ class RunLoop:
 
     # -- runs inside this run: a workflow's steps, a team's members ----------------------------------
 
-    def child(self, config: RunConfig, input, *, step_name: str, source_prefix: str) -> RunLoop:
-        """A run inside this one (a step, a member): same session, user, state and lease."""
+    def child(self, config: RunConfig, input, *, step_name: str, source_prefix: str, row_at_end: bool = False,
+              defer_finish: bool = False) -> RunLoop:
+        """A run inside this one (a step, a member): same session, user, state and lease. With
+        `row_at_end`, its row is stored only as it ends (a function step); with `defer_finish`, its
+        end is written with the tree's next write (a workflow's step outside a Parallel)."""
         return RunLoop(config, input, session_id=self.session_id, user=self.user_ref, session_state=None,
-                       parent=self, step_name=step_name, source_prefix=self.source_prefix + source_prefix)
+                       parent=self, step_name=step_name, source_prefix=self.source_prefix + source_prefix,
+                       row_at_end=row_at_end and config.kind == "function", defer_finish=defer_finish)
 
     async def _child_events(self) -> AsyncIterator[BaseRunEvent]:
         root = self.root
@@ -380,7 +433,14 @@ class RunLoop:
         self.checkpoint_due = self.started + CHECKPOINT_SECONDS
         self.check_cancelled()
         defaults_changed = await self._fill_defaults()
-        await call_sync(self._start_child_sync)
+        if self.row_at_end:
+            if root.pending:  # an earlier step's end is stored before this one runs
+                await call_sync(self._flush_sync)
+            self.start_time = timezone.now()
+            self.created_at = self.start_time.timestamp()
+            self.output.created_at = int(self.created_at)
+        else:
+            await call_sync(self._start_child_sync)
         try:
             yield self.event("started", model=self.model.id if self.model else "",
                              model_provider=self.model.provider if self.model else "", input=self.input,
@@ -414,7 +474,8 @@ class RunLoop:
     def _start_child_sync(self) -> None:
         config, root, now = self.config, self.root, timezone.now()
         # A function step writes its run row alone: one statement, atomic by itself.
-        with RunStore(self.alias) as store, store.atomic(one_statement=config.kind == "function"):
+        with RunStore(self.alias) as store, store.atomic(one_statement=config.kind == "function" and not root.pending):
+            self._flush_pending(store)
             history = []
             if config.add_history_to_context:
                 history = history_module.step_history(store, root.start.session_pk, config.component_id,
@@ -443,17 +504,46 @@ class RunLoop:
         messages = self.new_messages
         if not self.config.store_tool_messages:
             messages = [m for m in messages if m.role != Role.TOOL and not m.tool_calls]
-        await call_sync(self._finish_child_sync, status, out.error, messages)
+        if self.defer_finish:
+            root, now = self.root, timezone.now()
+            rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, messages, root.last_seq, now)
+            root.pending.append((rows, self.run_pk, now, self._outcome(status, out.error)))
+        else:
+            await call_sync(self._finish_child_sync, status, out.error, messages)
         out.session_state = json.loads(self.tracker.state_text)
         out.state_version = self.tracker.version
         out.messages.extend(self.new_messages)
 
     def _finish_child_sync(self, status: str, error: str, messages: list[ChatMessage]) -> None:
         root, now = self.root, timezone.now()
+        if self.row_at_end:  # its row, with its outcome: one statement
+            with RunStore(self.alias) as store:
+                self.run_pk = store.insert_run(
+                    run_id=self.run_id, session_pk=root.start.session_pk, component_id=self.config.component_id,
+                    input=self.input, model_id="", now=self.start_time, kind=self.config.kind,
+                    parent_pk=self.parent.run_pk, step_name=self.step_name[:200], history_seqs=None, finished_at=now,
+                    **self._outcome(status, error))
+            return
         with RunStore(self.alias) as store, store.atomic(one_statement=not messages):
             rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, messages, root.last_seq, now)
             store.insert_messages(rows)
             store.finish_run(self.run_pk, state_version=None, now=now, **self._outcome(status, error))
+
+    def _flush_sync(self) -> None:
+        with RunStore(self.alias) as store, store.atomic():
+            self._flush_pending(store)
+
+    def _flush_pending(self, store: RunStore) -> None:
+        """Write the deferred ends of the tree's finished children (in the caller's transaction)."""
+        pending = self.root.pending
+        if not pending:
+            return
+        ended = []
+        while pending:
+            ended.append(pending.popleft())
+        store.insert_messages([row for rows, *_ in ended for row in rows])
+        for _rows, run_pk, now, outcome in ended:
+            store.finish_run(run_pk, state_version=None, now=now, **outcome)
 
     def _insert_messages(self, store: RunStore, session_pk: int, run_pk: int, messages: list[ChatMessage],
                          last_seq: int, now) -> int:
@@ -593,7 +683,7 @@ class RunLoop:
                 tracker.working = run_context.session_state
                 source = "agentic" if call.name == self.config.agentic_state_tool else f"tool:{call.name}"
                 try:
-                    recorded = tracker.record(self.source_prefix + source, self.run_pk)
+                    recorded = tracker.record(self.source_prefix + source, self)
                 except state_module.StateNotJSONError as exc:  # the run fails, once the call is on record
                     state_error = exc
         else:
@@ -668,8 +758,8 @@ class RunLoop:
 
         try:
             stop = await call_sync(save)
-        except DatabaseError:  # the text is kept here and stored at the end; the next checkpoint tries again
-            logger.warning("Run %s: a checkpoint could not be stored", self.run_id, exc_info=True)
+        except DatabaseError as exc:  # the text is kept here and stored at the end; the next checkpoint tries again
+            logger.warning("Run %s: a checkpoint could not be stored (%s: %s)", self.run_id, type(exc).__name__, exc)
             return
         if stop:
             raise Cancelled()
@@ -692,8 +782,8 @@ class RunLoop:
                 renewed = time.monotonic()
             try:
                 stop = await call_sync(beat, renew)
-            except DatabaseError:  # the database went away for a moment: beat again at the next interval
-                logger.warning("Run %s: the lease could not be renewed", self.run_id, exc_info=True)
+            except DatabaseError as exc:  # the database went away for a moment: beat again at the next interval
+                logger.warning("Run %s: the lease could not be renewed (%s: %s)", self.run_id, type(exc).__name__, exc)
                 renewed, stop = 0.0, False  # renew at the next beat
             if stop:
                 run_registry.request_cancel(self.run_id)
@@ -716,27 +806,17 @@ class RunLoop:
         if not self.config.store_tool_messages:
             messages = [m for m in messages if m.role != Role.TOOL and not m.tool_calls]
         try:
-            try:
-                out.session_state, out.state_version = await call_sync(
-                    self._finish_sync, status, error, keep_state, messages)
-            except (OperationalError, InterfaceError):
-                # The connection was lost (a restart of the server, say): its transaction rolled back
-                # whole, and call_sync dropped the connection; once more on a new one, unless the commit
-                # got through before the connection went.
-                logger.warning("Run %s: storing its outcome is tried again", self.run_id, exc_info=True)
-                stored = await call_sync(self._stored_outcome)
-                if stored is None:
-                    out.session_state, out.state_version = await call_sync(
-                        self._finish_sync, status, error, keep_state, messages)
-                else:
-                    out.session_state, out.state_version = stored
+            out.session_state, out.state_version = await self._store_outcome(status, error, keep_state, messages)
         except DatabaseError as exc:
             # The database refused the outcome: say so on the run and free the session now, rather than
             # leave the run "running" and the next one waiting for the lease to expire.
             logger.exception("Run %s in session %s: its outcome could not be stored", self.run_id, self.session_id)
             error = storable(f"The run's outcome could not be stored ({type(exc).__name__}: {exc}).")
             out.status, out.error, out.content = RunStatus.ERROR, error, error
-            await call_sync(self._finish_failed, error)
+            try:
+                await call_sync(self._finish_failed, error)
+            except DatabaseError:  # unreachable still: the run is settled as interrupted when its lease expires
+                logger.exception("Run %s: its failure could not be stored either", self.run_id)
             out.session_state, out.state_version = json.loads(self.start.base_text), self.start.base_version
         out.messages.extend(self.new_messages)
         run_registry.notify_lease_released(self.start.session_pk)
@@ -754,6 +834,27 @@ class RunLoop:
             out.content = error
         out.metrics["duration"] = round(time.perf_counter() - self.started, 6)
 
+    async def _store_outcome(self, status, error, keep_state, messages) -> tuple[dict, int]:
+        """`_finish_sync`, tried again while what fails is the connection (the database server restarting
+        or failing over), for up to FINISH_RETRY_SECONDS: each try is one transaction on a new connection
+        (call_sync drops the lost one), and none is made once an earlier commit is found to have got
+        through before its connection went."""
+        deadline, pause, tried = time.monotonic() + FINISH_RETRY_SECONDS, 0.1, False
+        while True:
+            try:
+                stored = await call_sync(self._stored_outcome) if tried else None
+                if stored is not None:  # an earlier try's commit got through before its connection went
+                    return stored
+                tried = True
+                return await call_sync(self._finish_sync, status, error, keep_state, messages)
+            except (OperationalError, InterfaceError) as exc:
+                if time.monotonic() + pause > deadline:
+                    raise
+                logger.warning("Run %s: storing its outcome is tried again (%s: %s)", self.run_id,
+                               type(exc).__name__, exc)
+            await asyncio.sleep(pause)  # a back-off between tries, not a wait for a condition
+            pause = min(pause * 2, 1.0)
+
     def _stored_outcome(self) -> tuple[dict, int] | None:
         """The session's state and version if this run's outcome is stored already, else None."""
         if Run.objects.using(self.alias).filter(pk=self.start.run_pk, status=RunStatus.RUNNING).exists():
@@ -765,9 +866,13 @@ class RunLoop:
     def _finish_failed(self, error: str) -> None:
         """The run failed to store its outcome: mark it failed and release the lease (its replies are lost)."""
         now = timezone.now()
+        self.pending.clear()
         with transaction.atomic(using=self.alias):
             Run.objects.using(self.alias).filter(pk=self.start.run_pk).update(
                 status=RunStatus.ERROR, error=error, content=error, finished_at=now)
+            # Steps whose end was still to be written with it end with it.
+            Run.objects.using(self.alias).filter(parent_run_id=self.start.run_pk, status=RunStatus.RUNNING).update(
+                status=RunStatus.ERROR, error=error, finished_at=now)
             ChatSession.objects.using(self.alias).filter(pk=self.start.session_pk, lease_token=self.lease_token).update(
                 lease_token="", lease_expires_at=None, last_activity_at=now)
 
@@ -781,7 +886,8 @@ class RunLoop:
             # The usual case, written at once: this run still holds the lease (so it knows last_seq) and
             # nobody changed the state meanwhile (so its changes apply as they are).
             version = self.start.base_version + len(changes)
-            with store.atomic(one_statement=store.writes_in_one_statement):
+            with store.atomic(one_statement=store.writes_in_one_statement and not self.pending):
+                self._flush_pending(store)
                 message_rows, last_seq = self._message_rows(self.start.session_pk, self.start.run_pk, messages,
                                                             self.last_seq, now)
                 if store.finish(
@@ -795,6 +901,7 @@ class RunLoop:
                     return json.loads(tracker.state_text if changes else self.start.base_text), version
             # The lease was lost or the state was edited during the run: merge with the ORM.
             with transaction.atomic(using=alias):
+                self._flush_pending(store)
                 state, version, changes, last_seq = self._finish_contended(keep_state, changes, messages, now)
                 store.insert_changes(self._change_rows(changes, version - len(changes), now))
                 self._insert_messages(store, self.start.session_pk, self.start.run_pk, messages, last_seq, now)
@@ -820,7 +927,8 @@ class RunLoop:
     def _change_rows(self, changes: list, first_version: int, now) -> list[tuple]:
         """StateChange rows: each names the run that made it (a step's or a member's), else this run."""
         session_pk, run_pk = self.start.session_pk, self.start.run_pk
-        return [(session_pk, change_run or run_pk, first_version + number, patch, inverse, source, now)
+        return [(session_pk, (change_run.run_pk if change_run is not None else 0) or run_pk, first_version + number,
+                 patch, inverse, source, now)
                 for number, (patch, inverse, source, change_run) in enumerate(changes, start=1)]
 
     def _outcome(self, status, error) -> dict:
@@ -835,14 +943,14 @@ class RunLoop:
         """Replay `changes` on `current`: the final state, and the changes as they apply to it (each
         diffed again, so its inverse patch undoes exactly that step and state_at() stays exact)."""
         state, rebased = current, []
-        for patch, _inverse, source, run_pk in changes:
+        for patch, _inverse, source, run in changes:
             try:
                 after = state_module.apply_patch(state, patch)
             except Exception:  # jsonpatch conflicts: the later writer's value for those keys stands
                 logger.warning("State change from %s no longer applies after a concurrent edit", source)
                 continue
             if after != state:
-                rebased.append((*state_module.diff(state, after), source, run_pk))
+                rebased.append((*state_module.diff(state, after), source, run))
                 state = after
         return state, rebased
 

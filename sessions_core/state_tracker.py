@@ -4,7 +4,8 @@ A run (an agent's, a team's or a workflow's) opens one tracker; every step, memb
 executor, evaluator and selector inside it works on `working`, the dict `RunContext.session_state`
 is. After each call that may touch it, `record` compares the state with the last recorded one (as
 JSON text, in C) and diffs it only when it changed, so every change is a patch with its inverse,
-its source and the run that made it. The run's finish stores them all at once.
+its source and the run that made it (its RunLoop: a step's row may be stored only as it ends, so
+its id is read at the run's finish, which stores them all at once).
 
 Calls that touch the state take `lock` one at a time, so two parallel branches never interleave a
 read-modify-write. `discard` undoes a failed step's own changes (their inverses, newest first), so
@@ -29,7 +30,7 @@ class StateTracker:
         self.working = working  # injected keys included
         self.state_text = state_text  # the state as of the last recorded change, without injected keys
         self.snapshot: dict | None = None  # the state as of state_text, once something touched it
-        self.changes: list[tuple[list, list, str, int | None]] = []  # (patch, inverse, source, run pk)
+        self.changes: list[tuple[list, list, str, object | None]] = []  # (patch, inverse, source, run)
         self.first_version = first_version  # the version before the first of `changes`
         self.lock = asyncio.Lock()
 
@@ -43,8 +44,9 @@ class StateTracker:
         if self.snapshot is None:
             self.snapshot = state_module.copy_tree(state_module.strip_injected(self.working))
 
-    def record(self, source: str, run_pk: int | None) -> tuple[list, str] | None:
-        """Record what changed since the last record, as one change; (patch, state text) or None.
+    def record(self, source: str, run) -> tuple[list, str] | None:
+        """Record what changed since the last record, as one change made by `run` (a RunLoop; None: the
+        run that owns the tracker); (patch, state text) or None.
 
         Raises StateNotJSONError when a value cannot be stored, StateLimitError (one) when the state
         would be over CHAT_MAX_STATE_BYTES or nested deeper than CHAT_MAX_JSON_DEPTH."""
@@ -69,10 +71,10 @@ class StateTracker:
         self.state_text = after_text
         if not patch:
             return None
-        self.changes.append((patch, inverse, source[:SOURCE_CHARS], run_pk))
+        self.changes.append((patch, inverse, source[:SOURCE_CHARS], run))
         return patch, after_text
 
-    def discard(self, changes: list, source: str, run_pk: int | None) -> tuple[list, str] | None:
+    def discard(self, changes: list, source: str, run) -> tuple[list, str] | None:
         """Undo `changes` (one step's), newest first, on the state as it is now; recorded as one change."""
         state = json.loads(self.state_text)
         for patch, inverse, change_source, _ in reversed(changes):
@@ -83,4 +85,4 @@ class StateTracker:
         injected = {key: self.working[key] for key in state_module.INJECTED_KEYS if key in self.working}
         self.working.clear()
         self.working.update(state, **injected)
-        return self.record(source, run_pk)
+        return self.record(source, run)

@@ -15,6 +15,7 @@ model calls are outside the lock and overlap.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import uuid
@@ -164,6 +165,7 @@ class StepContext:
     dependencies: dict = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)
     add_session_state_to_context: bool | None = None
+    concurrent: bool = False  # inside a Parallel: steps start beside one another
 
     def event(self, cls, *, run_id: str | None = None, parent_run_id: str | None = None, step_name: str = "",
               **fields) -> ev.BaseRunEvent:
@@ -179,7 +181,7 @@ class StepContext:
         `stream_executor_events` (SPEC item 19)."""
         return self.stream_executor_events or isinstance(event, ev.StateChangedEvent)
 
-    async def touching_state(self, fn: Callable, *args, source: str, run_pk: int | None = None):
+    async def touching_state(self, fn: Callable, *args, source: str, run=None):
         """Call `fn` (sync in a worker thread, or async) under the state lock, then record what it changed;
         (result, StateChanged event or None)."""
         tracker = self.loop.tracker
@@ -194,25 +196,37 @@ class StepContext:
                         result = await result
             finally:
                 tracker.working = self.loop.run_context.session_state
-                recorded = tracker.record(source, run_pk)
+                recorded = tracker.record(source, run)
         changed = self.loop.state_changed_event(*recorded) if recorded else None
         return result, changed
+
+
+@functools.lru_cache(maxsize=512)
+def _signature_wants(fn: Callable) -> tuple[bool, bool, bool]:
+    """(run_context, session_state, the step's input) by `fn`'s signature, read once per function."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        parameters = {}
+    named = {"run_context", "session_state"} & set(parameters)
+    positional = [name for name, p in parameters.items() if name not in named
+                  and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    first = bool(positional) or any(p.kind == p.VAR_POSITIONAL for p in parameters.values())
+    return "run_context" in named, "session_state" in named, first
 
 
 def _call_with_context(fn: Callable, first: Any, run_context) -> Callable[[], Any]:
     """`fn(first)` with `run_context` and/or `session_state` passed where its signature asks for them."""
     try:
-        parameters = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        parameters = {}
+        wants_context, wants_state, wants_first = _signature_wants(fn)
+    except TypeError:  # an unhashable callable: read its signature every time
+        wants_context, wants_state, wants_first = _signature_wants.__wrapped__(fn)
     kwargs = {}
-    if "run_context" in parameters:
+    if wants_context:
         kwargs["run_context"] = run_context
-    if "session_state" in parameters:
+    if wants_state:
         kwargs["session_state"] = run_context.session_state
-    positional = [name for name, p in parameters.items() if name not in kwargs
-                  and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    args = (first,) if positional or any(p.kind == p.VAR_POSITIONAL for p in parameters.values()) else ()
+    args = (first,) if wants_first else ()
 
     if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
         async def call_async():
@@ -359,7 +373,12 @@ class Step(_Primitive):
         for attempt in range(self.max_retries + 1):
             loop.check_cancelled()
             config, message = self._config(context, step_input)
-            child = loop.child(config, message, step_name=self.name, source_prefix=f"step:{self.name}/")
+            # A function step that returns once stores its row as it ends, unless a sibling may start
+            # meanwhile (rows are listed in the order they were stored); one that streams is shown
+            # (after a reload too) while it runs.
+            streams = inspect.isgeneratorfunction(self.executor) or inspect.isasyncgenfunction(self.executor)
+            child = loop.child(config, message, step_name=self.name, source_prefix=f"step:{self.name}/",
+                               row_at_end=not (context.concurrent or streams), defer_finish=not context.concurrent)
             yield context.event(ev.StepStartedEvent, run_id=child.run_id, step_name=self.name,
                                 executor_type=self.executor_type, executor_name=self.executor_name,
                                 executor_id=config.component_id)
@@ -382,10 +401,10 @@ class Step(_Primitive):
                 return
             error = out.error or "the step failed"
             # The failed attempt's own changes are undone before anything else runs (a sibling's stay).
-            own = [change for change in tracker.changes[first_change:] if change[3] == child.run_pk]
+            own = [change for change in tracker.changes[first_change:] if change[3] is child]
             if own:
                 async with tracker.lock:
-                    recorded = tracker.discard(own, f"step:{self.name}/undone", child.run_pk)
+                    recorded = tracker.discard(own, f"step:{self.name}/undone", child)
                 if recorded:
                     yield loop.state_changed_event(*recorded)
             if attempt < self.max_retries:
@@ -429,7 +448,7 @@ def _function_executor(fn: Callable, step_input: StepInput, context: StepContext
             finally:
                 # Recorded even when it raised: a failed step's changes are then undone like any other.
                 tracker.working = loop.run_context.session_state
-                recorded = tracker.record(f"step:{name}/function", loop.run_pk)
+                recorded = tracker.record(f"step:{name}/function", loop)
         if recorded:
             yield loop.state_changed_event(*recorded)
         if not isinstance(result, StepOutput):
@@ -584,9 +603,11 @@ class Parallel(_Primitive):
         results: list[StepOutput | None] = [None] * len(self.steps)
         done = object()
 
+        beside = replace(context, concurrent=True)
+
         async def branch(index: int, step: _Primitive) -> None:
             try:
-                async with aclosing(step.execute(context, step_input)) as executed:
+                async with aclosing(step.execute(beside, step_input)) as executed:
                     async for item in executed:
                         if isinstance(item, StepOutput):
                             results[index] = item

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import DataError
 from django.utils import timezone
 
 from sessions_core import Agent, RunEvent
@@ -166,3 +167,17 @@ def refused_calls(component, session_id: str, user_id: str) -> list:
         lambda: component.fork_session(**asked),
         lambda: component.delete_session(**asked),
     ]
+
+
+class RefuseFinishOnce:
+    """A database execute wrapper that refuses the first run finish it sees (its release of the lease),
+    as a database refusing a value would; `refused` holds the statement."""
+
+    def __init__(self):
+        self.refused: list[str] = []
+
+    def __call__(self, execute, sql, params, many, context):
+        if not self.refused and '"lease_expires_at" = NULL' in sql:
+            self.refused.append(sql)
+            raise DataError("value too long (simulated)")
+        return execute(sql, params, many, context)

@@ -8,14 +8,14 @@ import threading
 import uuid
 from datetime import timedelta
 
-from django.db import DataError, connection
+from django.db import connection
 from django.test import TestCase, TransactionTestCase
 from django.utils import timezone
 
 from sessions_core import Agent, RunContext, RunEvent, SessionIdNotSetError, SessionNotFoundError
 from sessions_core.llm import OpenAIChat
 from sessions_core.models import ChatSession, Message, Run, RunStatus, StateChange
-from tests.engine_helpers import EngineTestMixin, Gate, astream_all, kinds, of_kind, stream_all
+from tests.engine_helpers import EngineTestMixin, Gate, RefuseFinishOnce, astream_all, kinds, of_kind, stream_all
 from tests.factories import make_session
 from tests.llm_server import Cut, Error, Hang, Malformed, Text, ToolCalls
 
@@ -148,19 +148,12 @@ class TestModelFailures(ErrorTest):
         assert messages.get(role="assistant", content="").tool_calls[0]["name"] == "x" * 128
 
     def test_a_database_refusing_the_outcome_fails_the_run_and_frees_the_session(self):
-        refused = []
-
-        def refuse_once(execute, sql, params, many, context):
-            if not refused and '"lease_expires_at" = NULL' in sql:  # the finish's release of the lease
-                refused.append(sql)
-                raise DataError("value too long (simulated)")
-            return execute(sql, params, many, context)
-
+        refuse_once = RefuseFinishOnce()
         self.llm.add(Text("A reply that is lost."))
         with connection.execute_wrapper(refuse_once):
             events = stream_all(self.agent_, "second", session_id="s")
 
-        assert refused
+        assert refuse_once.refused
         [error] = of_kind(events, RunEvent.run_error)
         assert error.error_type == "storage_error" and "could not be stored" in error.content
         assert "simulated" in error.content

@@ -1,5 +1,5 @@
 """Rate limits (chatapp/ratelimits.py): messages and runs in flight on the socket, new chats and imports
-over HTTP, sign-in attempts per account and per address; over a limit a clear refusal and nothing
+over HTTP, wrong passwords per account and per address, sign-in and sign-up attempts per address; over a limit a clear refusal and nothing
 queued or written; 0 turns a limit off; with Redis the counters hold across processes."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
 from django.core.cache import caches
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import TransactionTestCase, override_settings
@@ -119,8 +120,8 @@ class TestSocketLimits(LiveTestMixin, TransactionTestCase):
 
 
 class TestHTTPLimits(WebTestCase):
-    def new_chat(self):
-        return self.client.post(reverse("chat:new"), {"assistant": "general"})
+    def new_chat(self, text: str = "hello"):
+        return self.client.post(reverse("chat:new"), {"assistant": "general", "text": text})
 
     def assert_429(self, response, setting: str, period: int):
         assert response.status_code == 429
@@ -137,6 +138,15 @@ class TestHTTPLimits(WebTestCase):
         self.client.force_login(self.bob)  # per user
         assert self.new_chat().status_code == 302
 
+    @override_settings(CHAT_MESSAGES_PER_MINUTE=1)
+    def test_a_new_chats_first_message_counts_as_a_message(self):
+        assert self.new_chat("one").status_code == 302
+        before = ChatSession.objects.count()
+        response = self.new_chat("two, kept")
+        self.assert_429(response, "CHAT_MESSAGES_PER_MINUTE", 60)
+        assert ChatSession.objects.count() == before
+        assert ">two, kept</textarea>" in response.content.decode()  # the text comes back in the composer
+
     @override_settings(CHAT_IMPORTS_PER_HOUR=1)
     def test_imports_per_hour(self):
         document = "".join(export_json(self.session)).encode()
@@ -151,26 +161,63 @@ class TestHTTPLimits(WebTestCase):
         return self.client.post(reverse("login"), {"username": username, "password": password},
                                 REMOTE_ADDR=address)
 
-    @override_settings(CHAT_LOGINS_PER_ACCOUNT_PER_HOUR=3, CHAT_LOGINS_PER_ADDRESS_PER_HOUR=100)
-    def test_sign_in_attempts_per_account(self):
+    @override_settings(CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR=3, CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR=100)
+    def test_wrong_passwords_per_account(self):
         for address in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):  # from anywhere
             assert self.login("Bob", "wrong", address).status_code == 200
-        self.assert_429(self.login("bob", "pw-bob-123", "10.0.0.4"), "CHAT_LOGINS_PER_ACCOUNT_PER_HOUR", 3600)
+        self.assert_429(self.login("bob", "pw-bob-123", "10.0.0.4"), "CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", 3600)
         assert "_auth_user_id" not in self.client.session
         assert self.login("carol", "whatever").status_code == 200  # another account is not held up
 
-    @override_settings(CHAT_LOGINS_PER_ACCOUNT_PER_HOUR=100, CHAT_LOGINS_PER_ADDRESS_PER_HOUR=3)
-    def test_sign_in_attempts_per_address(self):
+    @override_settings(CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR=20, CHAT_LOGINS_PER_ADDRESS_PER_HOUR=100)
+    def test_the_right_password_after_wrong_ones_is_let_in_and_successes_never_count(self):
+        for _ in range(19):
+            assert self.login("bob", "wrong").status_code == 200
+        assert self.login("bob", "pw-bob-123").status_code == 302 and "_auth_user_id" in self.client.session
+        for _ in range(30):  # signing in again and again (other tabs, other devices) is never refused
+            assert self.login("bob", "pw-bob-123").status_code == 302
+
+    @override_settings(CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR=2, CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR=100)
+    def test_the_admin_login_counts_against_the_same_limits(self):
+        admin_login = lambda password: self.client.post("/admin/login/", {"username": "bob", "password": password},  # noqa: E731
+                                                        REMOTE_ADDR="10.0.0.8")
+        assert admin_login("wrong").status_code == 200 and self.login("bob", "wrong").status_code == 200
+        self.assert_429(admin_login("pw-bob-123"), "CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", 3600)
+        self.assert_429(self.login("bob", "pw-bob-123"), "CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", 3600)
+
+    @override_settings(CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR=100, CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR=3)
+    def test_wrong_passwords_per_address(self):
         for name in ("a", "b", "c"):
             assert self.login(name, "wrong").status_code == 200
-        self.assert_429(self.login("bob", "pw-bob-123"), "CHAT_LOGINS_PER_ADDRESS_PER_HOUR", 3600)
+        self.assert_429(self.login("bob", "pw-bob-123"), "CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR", 3600)
         assert self.login("bob", "pw-bob-123", "10.9.9.9").status_code == 302  # from elsewhere it works
 
-    @override_settings(CHAT_NEW_CHATS_PER_MINUTE=0, CHAT_LOGINS_PER_ACCOUNT_PER_HOUR=0,
-                       CHAT_LOGINS_PER_ADDRESS_PER_HOUR=0)
+    @override_settings(CHAT_LOGINS_PER_ADDRESS_PER_HOUR=3)
+    def test_every_sign_in_attempt_per_address(self):
+        for _ in range(3):
+            assert self.login("bob", "pw-bob-123").status_code == 302
+        self.assert_429(self.login("bob", "pw-bob-123"), "CHAT_LOGINS_PER_ADDRESS_PER_HOUR", 3600)
+        assert self.login("bob", "pw-bob-123", "10.9.9.9").status_code == 302
+
+    def signup(self, username: str, address: str = "10.0.0.1"):
+        self.client.logout()
+        return self.client.post(reverse("signup"), {"username": username, "password1": "a-long-pass-phrase-9",
+                                                    "password2": "a-long-pass-phrase-9"}, REMOTE_ADDR=address)
+
+    @override_settings(CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR=2)
+    def test_sign_ups_per_address(self):
+        assert self.signup("dave").status_code == 302 and self.signup("erin").status_code == 302
+        self.assert_429(self.signup("frank"), "CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR", 3600)
+        assert not User.objects.filter(username="frank").exists()  # nothing written
+        assert self.signup("frank", "10.9.9.9").status_code == 302  # from elsewhere it works
+
+    @override_settings(CHAT_NEW_CHATS_PER_MINUTE=0, CHAT_MESSAGES_PER_MINUTE=0, CHAT_RUNS_IN_FLIGHT=0,
+                       CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR=0, CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR=0,
+                       CHAT_LOGINS_PER_ADDRESS_PER_HOUR=0, CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR=0)
     def test_zero_turns_a_limit_off(self):
         assert all(self.new_chat().status_code == 302 for _ in range(30))
         assert all(self.login("bob", "wrong").status_code == 200 for _ in range(30))
+        assert all(self.signup(f"user{n}").status_code == 302 for n in range(15))
 
 
 def test_with_redis_the_counters_hold_across_processes(redis_url, settings):  # noqa: F811

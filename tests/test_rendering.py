@@ -179,6 +179,11 @@ class TestRunFragment(TestCase):
         assert many.summary == "name=<b>call</b>, priority=high, n=2"
         assert "· name=&lt;b&gt;call&lt;/b&gt;, priority=high, n=2" in rendering.render_tool_call("r1", many)
         assert rendering.ToolCallView("c3", "list_items", "{}").summary == ""
+        listed = rendering.ToolCallView("c4", "add_items", '{"items": ["milk", "eggs", 12]}')
+        assert listed.summary == "milk, eggs, 12"
+        mixed = rendering.ToolCallView("c5", "plan", '{"steps": ["a"], "when": {"day": "mon"}, "ok": true}')
+        assert mixed.summary == 'steps=a, when={"day": "mon"}, ok=true'
+        assert len(rendering.ToolCallView("c6", "note", '{"text": "%s"}' % ("word " * 40)).summary) == 80  # cut with …
 
     def test_a_live_tool_call_renders_with_the_same_template(self):
         html = rendering.render_tool_call("r1", rendering.ToolCallView("call_9", "list_items", "{}"))

@@ -203,6 +203,50 @@ class TestWrites(TestCase):
         assert (session.lease_token, session.lease_expires_at, session.last_seq, session.last_activity_at) == (
             "tok", expires, 2, now)
 
+    def test_a_new_session_its_first_run_and_messages_are_written_at_once_as_the_orm_would(self):
+        store, now = self.store, self.now
+        owner = make_user()
+        expires = now + timedelta(seconds=30)
+        built = ChatSession.objects.build(session_id="fresh", owner=owner, kind="workflow", component_id="shop",
+                                          metadata={"team": "a"}, now=now, lease_token="tok",
+                                          lease_expires_at=expires, last_seq=2)
+        run = {"run_id": "r-1", "component_id": "shop", "input": "add milk", "model_id": "m", "history_seqs": None,
+               "now": now, "kind": "workflow"}
+        messages = [(0, None, 1, Role.SYSTEM, "Be brief.", None, "", "", False, now),
+                    (0, None, 2, Role.USER, "add milk", None, "", "", False, now)]
+        with store.atomic(one_statement=store.writes_in_one_statement):
+            session_pk, run_pk = store.start_new_session(session=built, run=run, messages=messages)
+
+        session = ChatSession.objects.get(session_id="fresh")
+        orm = ChatSession.objects.new(session_id="orm", owner=owner, kind="workflow", component_id="shop",
+                                      metadata={"team": "a"}, now=now, lease_token="tok", lease_expires_at=expires,
+                                      last_seq=2)
+        skip = {"id", "session_id", "current_leaf"}
+        fields = [field.attname for field in ChatSession._meta.concrete_fields if field.name not in skip]
+        assert {name: getattr(session, name) for name in fields} == {name: getattr(orm, name) for name in fields}
+        assert (session.pk, session.current_leaf_id) == (session_pk, run_pk)
+        stored = Run.objects.get(pk=run_pk)
+        assert (stored.session_id, stored.run_id, stored.kind, stored.status, stored.input, stored.follows_id,
+                stored.created_at) == (session_pk, "r-1", "workflow", RunStatus.RUNNING, "add milk", None, now)
+        assert list(Message.objects.filter(session_id=session_pk).order_by("seq").values_list(
+            "run_id", "seq", "role", "content")) == [(run_pk, 1, "system", "Be brief."), (run_pk, 2, "user", "add milk")]
+        # The next run made the usual way gets the next id: the one drawn for this run is taken.
+        later = Run.objects.create(session=session, input="next")
+        assert later.pk > run_pk
+
+    def test_a_new_session_whose_id_exists_writes_nothing(self):
+        store, now = self.store, self.now
+        built = ChatSession.objects.build(session_id="w", owner=None, now=now, lease_token="tok",
+                                          lease_expires_at=now + timedelta(seconds=30), last_seq=1)
+        run = {"run_id": "r-1", "component_id": "shop", "input": "hi", "model_id": "m", "history_seqs": None,
+               "now": now}
+        with store.atomic(one_statement=store.writes_in_one_statement):
+            assert store.start_new_session(session=built, run=run, messages=[
+                (0, None, 1, Role.USER, "hi", None, "", "", False, now)]) is None
+        self.session.refresh_from_db()
+        assert (self.session.lease_token, self.session.last_seq) == ("", 0)
+        assert (Run.objects.count(), Message.objects.count(), ChatSession.objects.count()) == (0, 0, 1)
+
     def test_the_lease_is_taken_and_released_with_the_new_state(self):
         store, now, session = self.store, self.now, self.session
         store.take_lease(session.pk, "tok", now + timedelta(seconds=30), now, 5)

@@ -3,18 +3,12 @@ files served by the app, error pages that reveal nothing, and a chat that stream
 
 from __future__ import annotations
 
-import base64
-import http.client
 import json
 import os
 import re
-import secrets
-import socket
-import struct
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,36 +18,9 @@ from django.test import Client
 from tests.e2e.conftest import _free_port, _test_database_url, redis_url  # noqa: F401  (a fixture)
 from tests.factories import make_session, make_user
 from tests.llm_server import Text, background_responder
-from tests.server_process import ServerProcess
+from tests.serve_support import HTTPS, Server, WebSocket, finished, logged_in_socket, production_env, receive_until
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-HTTPS = {"X-Forwarded-Proto": "https"}  # as a proxy that ended TLS says it
-
-
-class Server(ServerProcess):
-    """A command serving the app on a free port, in its own process and environment."""
-
-    def __init__(self, command: list[str], env: dict[str, str]):
-        self.secret_key = env.get("SECRET_KEY", "")
-        # scripts/serve checks, migrates and collects static files first
-        super().__init__(command, env, int(env["PORT"]), start_seconds=120)
-
-    def get(self, path: str, headers: dict | None = None) -> tuple[int, dict, str]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        connection.request("GET", path, headers={"Host": "127.0.0.1", **(headers or {})})
-        response = connection.getresponse()
-        body = response.read().decode("utf-8", "replace")
-        connection.close()
-        return response.status, {key.lower(): value for key, value in response.getheaders()}, body
-
-
-
-def production_env(**extra) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("OPENAI_", "CHAT_")) and key not in ("REDIS_URL", "DEBUG", "DJANGO_SETTINGS_MODULE")}
-    env.update(SECRET_KEY=secrets.token_urlsafe(50), ALLOWED_HOSTS="127.0.0.1", TRUST_PROXY_HEADERS="true",
-               PORT=str(_free_port()), PYTHONUNBUFFERED="1", **extra)
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -131,72 +98,6 @@ def test_a_500_reveals_nothing(static_root):
 
 
 # -- a chat over the socket, through the production server ------------------------------------------
-
-
-class WebSocket:
-    """The smallest client of RFC 6455 the test needs: text frames, masked as a client must."""
-
-    def __init__(self, port: int, path: str, headers: dict[str, str]):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        key = base64.b64encode(secrets.token_bytes(16)).decode()
-        lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1", "Upgrade: websocket", "Connection: Upgrade",
-                 f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13",
-                 *(f"{name}: {value}" for name, value in headers.items())]
-        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        self.buffer = b""
-        while b"\r\n\r\n" not in self.buffer:
-            self.buffer += self.sock.recv(4096)
-        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
-        assert head.startswith(b"HTTP/1.1 101"), head
-
-    def send(self, text: str) -> None:
-        payload, mask = text.encode(), secrets.token_bytes(4)
-        length = len(payload)
-        header = bytes([0x81]) + (bytes([0x80 | length]) if length < 126 else bytes([0x80 | 126]) + struct.pack("!H", length))
-        self.sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
-
-    def _read(self, count: int) -> bytes:
-        while len(self.buffer) < count:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("the server closed the socket")
-            self.buffer += chunk
-        data, self.buffer = self.buffer[:count], self.buffer[count:]
-        return data
-
-    def receive(self) -> str:
-        first, second = self._read(2)
-        length = second & 0x7F
-        if length == 126:
-            length = struct.unpack("!H", self._read(2))[0]
-        elif length == 127:
-            length = struct.unpack("!Q", self._read(8))[0]
-        payload = self._read(length)
-        if first & 0x0F == 0x8:
-            raise ConnectionError(f"closed: {payload!r}")
-        return payload.decode()
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def receive_until(ws: WebSocket, done: Callable[[str], bool], seconds: float = 20) -> list[str]:
-    """The frames the socket receives up to and including the first one `done` accepts."""
-    frames: list[str] = []
-    deadline = time.monotonic() + seconds
-    while not frames or not done(frames[-1]):
-        assert time.monotonic() < deadline, frames
-        frames.append(ws.receive())
-    return frames
-
-
-def finished(status: str) -> Callable[[str], bool]:
-    return lambda frame: f'data-status="{status}"' in frame and 'hx-swap-oob="true"' in frame
-
-
-def logged_in_socket(server: Server, session, cookie: str, query: str = "") -> WebSocket:
-    return WebSocket(server.port, f"/ws/sessions/{session.session_id}/{query}",
-                     {"Cookie": f"sessionid={cookie}", "Origin": f"http://127.0.0.1:{server.port}"})
 
 
 def session_cookie(user, settings, server: Server) -> str:
@@ -281,7 +182,8 @@ def test_more_than_one_worker_needs_redis_and_a_count_is_a_whole_number():
 def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, settings):
     """Two tabs of one chat on different workers: a run started in one streams to both, a tab that
     reconnects mid-reply on the other worker gets the text so far from the run's worker and the rest
-    live, and Stop pressed in the other worker's tab stops the run where it runs."""
+    live, a message queued on the other worker can be dropped from the run's, and Stop pressed in the
+    other worker's tab stops the run where it runs."""
     server = served_by_two
     llm_server.side_responder = background_responder
     alice = make_user("alice")
@@ -317,20 +219,32 @@ def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, s
         rest = [re.sub(r"</?div[^>]*>", "", frame) for frame in done[:-1] if f"beforeend:#reply-{run_id}" in frame]
         assert so_far + "".join(rest) == "alpha beta gamma delta epsilon"
 
-        # Stop pressed in the tab on the other worker stops the run where it runs.
+        # A message sent meanwhile in the tab on the other worker waits there for the run, and the tab on
+        # the run's worker can drop it.
         hold = threading.Event()
-        llm_server.add(Text("one two three four five", wait_event=hold))
+        llm_server.add(Text("one two three four five", wait_event=hold), Text("The last reply."))
         here.send(json.dumps({"type": "send", "text": "count"}))
         started = receive_until(there, lambda frame: "beforeend:#reply-" in frame and "one" in frame)
         second_run = re.search(r"beforeend:#reply-([\w-]+)", started[-1]).group(1)
+        there.send(json.dumps({"type": "send", "text": "dropped before it ran"}))
+        queued = receive_until(here, lambda frame: "beforeend:#queue" in frame)
+        queued_id = re.search(r'id="queued-([\w-]+)"', queued[-1]).group(1)
+        here.send(json.dumps({"type": "stop", "queued_id": queued_id}))
+        for ws in (here, there):
+            receive_until(ws, lambda frame: f'id="queued-{queued_id}"' in frame and "Queued message removed." in frame)
+
+        # Stop pressed in the tab on the other worker stops the run where it runs.
         there.send(json.dumps({"type": "stop", "run_id": second_run}))
         for ws in (here, there):
             assert f'id="run-{second_run}"' in receive_until(ws, finished("cancelled"))[-1]
         assert llm_server.wait_for_disconnects(1, 5)  # the model's stream was closed by the worker running it
         hold.set()
+        there.send(json.dumps({"type": "send", "text": "the last one"}))  # runs after the dropped one would have
+        assert "The last reply." in receive_until(there, finished("completed"))[-1]
     finally:
         for ws in sockets:
             ws.close()
-    runs = {run.run_id: run for run in session.runs.all()}
-    assert runs[run_id].status == "completed" and runs[run_id].content == "alpha beta gamma delta epsilon"
-    assert runs[second_run].status == "cancelled" and runs[second_run].content.startswith("one")
+    runs = list(session.runs.order_by("pk"))
+    assert [(run.run_id, run.status) for run in runs[:2]] == [(run_id, "completed"), (second_run, "cancelled")]
+    assert runs[0].content == "alpha beta gamma delta epsilon" and runs[1].content.startswith("one")
+    assert [run.input for run in runs] == ["greek letters", "count", "the last one"]  # the dropped one never ran

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from html import escape as html_escape
 from datetime import timedelta
 
 import pytest
@@ -19,6 +20,7 @@ from django.utils import timezone
 from chatapp import rendering
 from chatapp import urls as chat_urls
 from chatapp.assistants import reset_assistants
+from chatapp.models import QueuedMessage
 from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus, StateChange
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import layer_listener, settle
@@ -44,7 +46,7 @@ SESSION_URLS = [
 OTHER_URLS = [
     ("get", "chat:index", {}),
     ("get", "chat:new", {}),
-    ("post", "chat:new", {"assistant": "general"}),
+    ("post", "chat:new", {"assistant": "general", "text": "hello"}),
     ("get", "chat:trash", {}),
     ("get", "chat:export_all", {}),
     ("get", "chat:import", {}),
@@ -106,7 +108,7 @@ def test_anonymous_users_are_sent_to_log_in(client, alice_bob, method, name, dat
 POST_URLS = [(name, data) for method, name, data in SESSION_URLS if method == "post"]
 
 
-@pytest.mark.parametrize(("name", "data"), POST_URLS + [("chat:new", {"assistant": "general"})])
+@pytest.mark.parametrize(("name", "data"), POST_URLS + [("chat:new", {"assistant": "general", "text": "hello"})])
 def test_every_post_needs_the_csrf_token(db, name, data):
     alice = make_user("alice")
     session = make_session(owner=alice, name="Mine", deleted_at=timezone.now() if name.endswith("destroy_hx") else None)
@@ -139,41 +141,77 @@ class TestIndexAndNewSession(WebTestCase):
         response = self.client.get(reverse("chat:index"))
         assert response["Location"] == reverse("chat:session", args=[newer.session_id])
 
-    def test_index_without_sessions_asks_for_an_assistant(self):
+    def test_index_without_sessions_opens_a_new_chat(self):
         ChatSession.objects.all().delete()
         assert self.client.get(reverse("chat:index"))["Location"] == reverse("chat:new")
 
-    def test_new_session_defaults_to_the_last_used_assistant(self):
+    def test_a_new_chat_is_the_chat_page_and_stores_nothing(self):
+        before = (ChatSession.objects.count(), QueuedMessage.objects.count())
+        html = self.client.get(reverse("chat:new")).content.decode()
+        assert (ChatSession.objects.count(), QueuedMessage.objects.count()) == before
+        assert 'id="sidebar"' in html and 'id="session-filter"' in html  # the sidebar, with its search
+        assert re.search(r'<form id="composer" class="composer" method="post" action="/new/"', html)
+        assert 'id="composer-text"' in html and "ws-connect" not in html  # no chat yet: no socket
+        assert f'id="session-item-{self.session.pk}"' in html  # the existing chats, and no "New chat" row
+        assert html.count('<li id="session-item-') == ChatSession.objects.for_user(self.alice).alive().count()
+        assert 'class="skip-link" href="#composer-text"' in html
+        assert '<dialog id="shortcuts"' in html
+
+    def test_the_assistant_is_picked_in_the_header_defaulting_to_the_last_used(self):
         make_session(owner=self.alice, component_id="notes")
         make_session(owner=self.bob, component_id="general")  # Bob's choice is not Alice's default
         html = self.client.get(reverse("chat:new")).content.decode()
-        assert re.search(r'value="notes" checked', html)
-        assert html.count(" checked") == 1
-        for label in ("General assistant", "Shopping list", "Notes and list"):
-            assert label in html
+        header = html[html.index('class="chat-header"'):html.index('id="transcript"')]
+        assert '<select id="assistant-picker" name="assistant" form="composer"' in header
+        assert re.search(r'<option value="notes" [^>]*selected>Notes and list</option>', header)
+        assert header.count(" selected") == 1
+        for label in ("General assistant", "Shopping list", "Notes and list", "Project team"):
+            assert f">{label}</option>" in header
 
-    def test_creating_a_session_records_the_assistants_defaults_and_tells_other_tabs(self):
+    def test_the_first_message_creates_the_chat_with_the_picked_assistant_and_queues_the_message(self):
         listener = GroupListener(f"user.{self.alice.pk}")
-        response = self.client.post(reverse("chat:new"), {"assistant": "shopping"})
+        response = self.client.post(reverse("chat:new"), {"assistant": "shopping", "text": "  add milk please  "})
         session = ChatSession.objects.for_user(self.alice).latest("id")
         assert response["Location"] == reverse("chat:session", args=[session.session_id])
         assert (session.component_id, session.session_state, session.state_version) == (
             "shopping", {"shopping_list": []}, 1)
+        assert (session.name, session.name_source) == ("add milk please", NameSource.FALLBACK)
         assert StateChange.objects.get(session=session).source == "defaults"
+        # The message waits in the stored queue; the chat page's socket runs it when it connects.
+        queued = QueuedMessage.objects.get(session=session)
+        assert (queued.text, queued.user_id) == ("add milk please", self.alice.pk)
         (pushed,) = listener.html()
         assert f'<li id="session-item-{session.pk}" hx-swap-oob="delete">' in pushed
         assert f'<div hx-swap-oob="afterend:#group-today"><li id="session-item-{session.pk}"' in pushed
+        assert "add milk please" in pushed
 
-    def test_cancel_on_the_new_chat_page_is_offered_only_when_there_is_a_chat_to_go_back_to(self):
-        assert ">Cancel</a>" in self.client.get(reverse("chat:new")).content.decode()
-        ChatSession.objects.all().delete()
-        assert ">Cancel</a>" not in self.client.get(reverse("chat:new")).content.decode()
-
-    def test_an_unknown_assistant_is_refused(self):
+    def test_a_refused_first_message_creates_nothing_and_comes_back_in_the_composer(self):
         before = ChatSession.objects.count()
-        response = self.client.post(reverse("chat:new"), {"assistant": "hacker"})
-        assert response.status_code == 400
+        cases = [({"assistant": "general", "text": "   "}, "Type a message first."),
+                 ({"assistant": "hacker", "text": "hello <there>"}, "Choose one of the assistants."),
+                 ({"assistant": "general", "text": "x" * 20}, "the limit is 10")]
+        with override_settings(CHAT_MAX_MESSAGE_CHARS=10):
+            for data, error in cases:
+                response = self.client.post(reverse("chat:new"), data)
+                html = response.content.decode()
+                assert response.status_code == 400
+                assert error in html
+                composer = html[html.index('id="composer-text"'):]
+                assert composer[composer.index(">") + 1:].startswith(html_escape(data["text"]) + "</textarea>")
         assert ChatSession.objects.count() == before
+        assert not QueuedMessage.objects.exists()
+
+    def test_a_deleted_chat_with_no_chat_left_shows_its_undo_on_a_new_chat(self):
+        ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now())
+        ChatSession.objects.for_user(self.alice).exclude(pk=self.session.pk).delete()
+        response = self.client.get(reverse("chat:index"), {"deleted": self.session.session_id})
+        assert response["Location"] == f"{reverse('chat:new')}?deleted={self.session.session_id}"
+        html = self.client.get(response["Location"]).content.decode()
+        assert f'id="toast-{self.session.pk}"' in html
+        assert f'data-draft-from="{self.session.session_id}"' in html
+        bobs = make_session(owner=self.bob, name="Bob's", deleted_at=timezone.now())
+        html = self.client.get(reverse("chat:new"), {"deleted": bobs.session_id}).content.decode()
+        assert f'id="toast-{bobs.pk}"' not in html and "Bob&#x27;s" not in html  # only the user's own
 
 
 class TestChatPage(WebTestCase):
@@ -538,3 +576,14 @@ class TestRegenerateTitle(WebTestCase):
 def test_the_favicon_is_found_from_pages_without_the_icon_link(client):
     response = client.get("/favicon.ico")  # the admin's login page, for one: not a 404
     assert (response.status_code, response["Location"]) == (301, "/static/chatapp/favicon.svg")
+
+
+class TestStatePanelPresence(WebTestCase):
+    def test_an_assistant_without_state_gets_no_panel_and_one_with_state_does(self):
+        pages = {}
+        for assistant in ("general", "shopping"):
+            self.client.post(reverse("chat:new"), {"assistant": assistant, "text": "hello"})
+            session = ChatSession.objects.for_user(self.alice).latest("id")
+            pages[assistant] = self.client.get(reverse("chat:session", args=[session.session_id])).content.decode()
+        assert 'data-has-state="false"' in pages["general"]
+        assert 'data-has-state="true"' in pages["shopping"]

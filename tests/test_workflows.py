@@ -27,7 +27,16 @@ from sessions_core import (
     WorkflowRunOutput,
 )
 from sessions_core.models import ChatSession, Message, Run, StateChange
-from tests.engine_helpers import EngineTestMixin, Gate, bulk_runs, counts, kinds, make_users, refused_calls
+from tests.engine_helpers import (
+    EngineTestMixin,
+    Gate,
+    RefuseFinishOnce,
+    bulk_runs,
+    counts,
+    kinds,
+    make_users,
+    refused_calls,
+)
 from tests.llm_server import Text, ToolCalls
 from tests.test_memory_db import MemoryDbTestMixin
 
@@ -114,6 +123,34 @@ class TestStateSharing(WorkflowTestCase):
             ("defaults", top.pk), ("step:Shopper/tool:add_item", steps[0].pk), ("step:counter/function", steps[1].pk)]
         seqs = list(Message.objects.filter(session=session).values_list("seq", flat=True))
         assert seqs == sorted(seqs) == list(range(1, len(seqs) + 1)) and session.last_seq == len(seqs)
+
+    def test_while_a_step_runs_the_steps_before_it_are_stored_as_they_ended(self):
+        # (A function step's own row is stored as it ends, and an agent step's end with the tree's next
+        # write: the next step's start. What a reload mid-run draws is the same as before.)
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk."), Text("Second."))
+        seen = {}
+
+        def look(step_input, run_context):
+            seen[len(seen)] = list(Run.objects.filter(parent_run__run_id=run_context.run_id).order_by("id").values_list(
+                "step_name", "status", "content"))
+            return "looked"
+
+        workflow = self.workflow([Step(name="first", executor=count_up), Step(name="look1", executor=look),
+                                  self.shopper(), Step(name="look2", executor=look), self.agent(name="Second")],
+                                 session_state={"shopping_list": []})
+        output = workflow.run("add milk", session_id="w")
+
+        assert output.status == "completed", output.error
+        assert seen == {
+            0: [("first", "completed", "counter is 1")],
+            1: [("first", "completed", "counter is 1"), ("look1", "completed", "looked"),
+                ("Shopper", "completed", "Added milk.")],
+        }
+        steps = Run.objects.get(run_id=output.run_id).children.order_by("id")
+        assert [(run.step_name, run.status) for run in steps] == [
+            ("first", "completed"), ("look1", "completed"), ("Shopper", "completed"), ("look2", "completed"),
+            ("Second", "completed")]
+        assert list(steps[4].messages.values_list("role", "content")) == [("user", "looked"), ("assistant", "Second.")]
 
     def test_a_step_agent_runs_as_the_runs_user_and_its_defaults_fill_missing_keys(self):
         seen = {}
@@ -262,6 +299,22 @@ class TestFailures(WorkflowTestCase):
         workflow = self.workflow([count_up, Steps(steps=[stopper, count_up]), count_up])
         output = workflow.run("go", session_id="w")
         assert (output.status, output.content, output.session_state) == ("completed", "enough", {"counter": 1})
+
+
+class TestRefusedFinish(WorkflowTestCase):
+    def test_a_database_refusing_the_outcome_leaves_no_step_running(self):
+        # The last agent step's end is written with the workflow's finish: refused with it, it ends with it.
+        refuse_once = RefuseFinishOnce()
+        self.llm.add(Text("A reply that is lost."))
+        workflow = self.workflow([Step(name="count", executor=count_up), self.agent(name="Replier")])
+        with connection.execute_wrapper(refuse_once):
+            output = workflow.run("hello", session_id="w")
+
+        assert refuse_once.refused and output.status == "error" and "could not be stored" in output.error
+        top = Run.objects.get(run_id=output.run_id)
+        assert top.status == "error" and not ChatSession.objects.get(session_id="w").lease_token
+        assert [(run.step_name, run.status, run.finished_at is not None) for run in top.children.order_by("id")] == [
+            ("count", "completed", True), ("Replier", "error", True)]
 
 
 class TestContainers(WorkflowTestCase):

@@ -3,7 +3,10 @@ from django.contrib.auth.forms import UserCreationForm
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from ..ratelimits import SIGNUPS_PER_ADDRESS, by_address, limit_posts
 
+
+@limit_posts((SIGNUPS_PER_ADDRESS, by_address))
 def signup(request: HttpRequest) -> HttpResponse:
     if request.user.is_authenticated:
         return redirect("chat:index")

@@ -75,13 +75,13 @@ def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 2
         "state_panel": rendering.render_state_panel(session, **panel),
         "assistant_name": assistant_name(session.component_id),
         "read_only": session.deleted_at is not None,
-        "deleted": _just_deleted(request),
+        "deleted": just_deleted(request),
     }, status=status)
 
 
-def _just_deleted(request: HttpRequest) -> ChatSession | None:
+def just_deleted(request: HttpRequest) -> ChatSession | None:
     """The chat the user was on when it went to the trash (`?deleted=<id>`, from the index): its Undo toast,
-    and its unsent draft carried into this page's composer (static/chatapp/chat.js)."""
+    and its unsent draft carried into this page's composer (static/chatapp/chat.js). Only the user's own."""
     session_id = request.GET.get("deleted", "")[:64]
     if not session_id:
         return None

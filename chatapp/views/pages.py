@@ -1,4 +1,5 @@
-"""Pages: the index redirect, starting a session, the chat page, older runs, and the trash."""
+"""Pages: the index redirect, the new chat (a landing that creates the chat with its first message), the chat
+page, older runs, and the trash."""
 
 from __future__ import annotations
 
@@ -11,27 +12,27 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods
 
 from sessions_core.branches import SessionBusyError
-from sessions_core.models import ChatSession, Run
+from sessions_core.models import ChatSession, NameSource, Run
 
 from .. import rendering
 from ..assistants import ASSISTANTS, DEFAULT_ASSISTANT, get_assistant
 from ..broadcast import broadcast_to_user
-from ..forms import NewSessionForm
-from ..ratelimits import NEW_CHATS, by_user, limit_posts
-from ..sidebar import trashed_sessions
-from .common import HtmxHttpRequest, owned_session, render_chat_page
+from ..forms import FirstMessageForm
+from ..models import QueuedMessage
+from ..ratelimits import NEW_CHATS, by_user, message_refusal, over_limit, refusal
+from ..sidebar import sidebar_page, trashed_sessions
+from ..titles import fallback_title
+from .common import HtmxHttpRequest, just_deleted, owned_session, render_chat_page
 
 
 @login_required
 @require_GET
 def index(request: HtmxHttpRequest) -> HttpResponse:
     newest = ChatSession.objects.for_user(request.user).alive().for_sidebar().first()
-    if newest is None:
-        return redirect("chat:new")
-    # After the open chat went to the trash: its Undo toast and unsent draft come along (render_chat_page).
+    # After the open chat went to the trash: its Undo toast and unsent draft come along (just_deleted).
     deleted = request.GET.get("deleted", "")[:64]
-    return redirect(reverse("chat:session", args=[newest.session_id]) + (f"?{urlencode({'deleted': deleted})}"
-                                                                          if deleted else ""))
+    target = reverse("chat:session", args=[newest.session_id]) if newest else reverse("chat:new")
+    return redirect(target + (f"?{urlencode({'deleted': deleted})}" if deleted else ""))
 
 
 def _last_used_assistant(user) -> str:
@@ -40,25 +41,60 @@ def _last_used_assistant(user) -> str:
     return last if last in ASSISTANTS else DEFAULT_ASSISTANT
 
 
+def _refused(request: HtmxHttpRequest) -> tuple[str, int] | None:
+    """A new chat counts against CHAT_NEW_CHATS_PER_MINUTE and its first message against the message
+    limits (as a message sent over the socket does): (why, seconds to wait) when either refuses it."""
+    if (wait := over_limit(NEW_CHATS, by_user(request))) is not None:
+        return refusal(NEW_CHATS, wait), wait
+    if refused := message_refusal(request.user):
+        return refused, 60
+    return None
+
+
+def _start_chat(user, assistant_id: str, text: str) -> ChatSession:
+    """The chat, with the assistant's starting state (version 1) and its first message waiting in the
+    stored queue: the chat page's socket, once it connects, runs it (live.Follower.catch_up adopts a
+    queue no process is working through), so the reply streams there like any other."""
+    with transaction.atomic():
+        assistant = get_assistant(assistant_id)
+        session = ChatSession.objects.new(owner=user, component_id=assistant_id, kind=assistant.kind,
+                                          metadata=assistant.metadata, name=fallback_title(text),
+                                          name_source=NameSource.FALLBACK)
+        session.apply_state_change(assistant.session_state, "defaults")
+        QueuedMessage.objects.create(session=session, user=user, text=text)
+    return session
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
-@limit_posts((NEW_CHATS, by_user))
 def new_session(request: HtmxHttpRequest) -> HttpResponse:
-    form = NewSessionForm(request.POST or None, initial={"assistant": _last_used_assistant(request.user)})
-    if request.method == "POST" and form.is_valid():
-        assistant_id = form.cleaned_data["assistant"]
-        with transaction.atomic():
-            assistant = get_assistant(assistant_id)
-            session = ChatSession.objects.new(owner=request.user, component_id=assistant_id, kind=assistant.kind,
-                                              metadata=assistant.metadata)
-            # The assistant's defaults go in at once (as version 1): the panel shows them before the first message.
-            session.apply_state_change(assistant.session_state, "defaults")
-        broadcast_to_user(request.user.pk, rendering.render_session_item_to_top(session))
-        return redirect("chat:session", session.session_id)
-    # Cancel goes back to a chat; with none yet, the index would only come back here.
-    has_chats = ChatSession.objects.for_user(request.user).alive().exists()
-    return render(request, "chatapp/new_session.html", {"form": form, "assistants": ASSISTANTS.values(),
-                                                        "has_chats": has_chats}, status=400 if form.errors else 200)
+    """A new chat: the chat page with nothing stored yet, the assistant picked in its header. Nothing is
+    created until the first message is sent (a POST of `assistant` and `text`); a refused message (empty,
+    too long, over a rate limit) comes back in the composer with the reason."""
+    form = FirstMessageForm(request.POST if request.method == "POST" else None,
+                            initial={"assistant": _last_used_assistant(request.user)})
+    status, error = 200, ""
+    if request.method == "POST":
+        if not form.is_valid():
+            status, error = 400, next(iter(form.errors.values()))[0]
+        elif refused := _refused(request):
+            status, error = 429, refused[0]
+        else:
+            session = _start_chat(request.user, form.cleaned_data["assistant"], form.cleaned_data["text"])
+            broadcast_to_user(request.user.pk, rendering.render_session_item_to_top(session))
+            return redirect("chat:session", session.session_id)
+    picked = form["assistant"].value()
+    response = render(request, "chatapp/new_session.html", {
+        "page": sidebar_page(request.user),
+        "assistants": ASSISTANTS.values(),
+        "picked": ASSISTANTS.get(picked) or ASSISTANTS[DEFAULT_ASSISTANT],
+        "text": request.POST.get("text", ""),
+        "error": error,
+        "deleted": just_deleted(request),
+    }, status=status)
+    if status == 429:
+        response["Retry-After"] = str(refused[1])
+    return response
 
 
 @login_required

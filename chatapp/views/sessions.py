@@ -16,7 +16,6 @@ from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
-from django_htmx.http import HttpResponseClientRedirect
 
 from sessions_core.models import ChatSession, NameSource, Run
 

@@ -1,5 +1,6 @@
-// The little the page needs beyond htmx: inline rename keys, Ctrl/Cmd+K, toasts, pane toggles,
-// code copy buttons, keeping aria-current right after live swaps, and not losing a state edit in progress.
+// The little the page needs beyond htmx: inline rename keys, the sidebar rows' menus, search by keyboard,
+// the keyboard shortcuts and their help, toasts, the drawers and the state panel's fold, code copy buttons,
+// keeping aria-current right after live swaps, drafts, and not losing a state edit in progress.
 (function () {
   "use strict";
 
@@ -79,10 +80,13 @@
     var toggle = event.target.closest("[data-toggle]");
     if (toggle) {
       var pane = document.getElementById(toggle.dataset.toggle);
-      var open = !pane.classList.contains("open");
-      pane.classList.toggle("open", open);
-      toggle.setAttribute("aria-expanded", String(open));
+      if (pane.classList.contains("open")) closeDrawers(true);
+      else openDrawer(pane, true);
+      return;
     }
+    if (event.target.id === "backdrop") { closeDrawers(true); return; }
+    var collapse = event.target.closest(".state-collapse");
+    if (collapse) setStateCollapsed(collapse.getAttribute("aria-expanded") === "true", true);
   });
 
   // A double-click on a title renames it, so a single click follows the link only once it is
@@ -139,7 +143,7 @@
       var filter = document.getElementById("session-filter");
       if (filter) {
         event.preventDefault();
-        document.getElementById("sidebar").classList.add("open");
+        openDrawer(document.getElementById("sidebar"), false);
         filter.focus();
         filter.select();
       }
@@ -219,8 +223,13 @@
 
   // --- drafts: what is typed in the composer survives a reload and the chat going to the trash ------
   function draftKey(id) { return "chat-draft:" + id; }
+  // A new chat (nothing stored yet) keeps its draft as "new".
+  function draftId() {
+    var app = document.getElementById("app");
+    return currentSession() || (app && app.dataset.landing ? "new" : null);
+  }
   function saveDraft() {
-    var box = document.getElementById("composer-text"), id = currentSession();
+    var box = document.getElementById("composer-text"), id = draftId();
     if (!box || !id) return;
     try {
       if (box.value) sessionStorage.setItem(draftKey(id), box.value);
@@ -240,7 +249,7 @@
     if (!app || !box || box.disabled) return;
     try {
       var from = app.dataset.draftFrom;  // the chat this tab was on went to the trash: its draft moves here
-      var text = sessionStorage.getItem(draftKey(currentSession())) || "";
+      var text = sessionStorage.getItem(draftKey(draftId())) || "";
       if (from) {
         var carried = sessionStorage.getItem(draftKey(from));
         if (carried) text = text ? text + "\n" + carried : carried;
@@ -329,8 +338,265 @@
     armToasts();
     syncTitle();
     restoreDraft();
+    restoreStateCollapsed();
+    focusComposer();
     var transcript = document.getElementById("transcript");
     if (revealLinkedRun()) return;
     if (transcript) transcript.scrollTop = transcript.scrollHeight;  // open at the newest message
+  });
+
+  // --- the composer, the skip link --------------------------------------------------------------
+  function isPhone() { return window.matchMedia("(max-width: 800px)").matches; }
+  function focusComposer() {
+    // Not on a phone, where focusing the box would pull up the keyboard over the chat.
+    var box = document.getElementById("composer-text");
+    if (box && !box.disabled && !isPhone()) box.focus({preventScroll: true});
+  }
+  document.addEventListener("click", function (event) {
+    if (!event.target.closest(".skip-link")) return;
+    var box = document.getElementById("composer-text");
+    if (box) { event.preventDefault(); closeDrawers(false); box.focus(); }
+  });
+
+  // --- a new chat: the assistant's description follows the pick, one send only --------------------
+  document.addEventListener("change", function (event) {
+    if (event.target.id !== "assistant-picker") return;
+    var option = event.target.selectedOptions[0], line = document.getElementById("assistant-description");
+    if (option && line) line.textContent = option.dataset.description || "";
+  });
+  document.addEventListener("submit", function (event) {
+    var form = event.target, app = document.getElementById("app");
+    if (form.id !== "composer" || !app || !app.dataset.landing) return;
+    if (form.dataset.sending) { event.preventDefault(); return; }  // one chat per message, even on a double Enter
+    form.dataset.sending = "1";
+    // The server hands the text back in the box when it refuses it; the draft is saved again from there.
+    try { sessionStorage.removeItem(draftKey("new")); } catch (e) { /* nothing kept */ }
+  });
+  window.addEventListener("pageshow", function (event) {
+    var form = document.getElementById("composer");  // back to a new chat from the back-forward cache
+    if (event.persisted && form) delete form.dataset.sending;
+  });
+
+  // --- drawers (a phone's sidebar and state panel) and the state panel's fold (desktop) ------------
+  function drawers() {
+    return ["sidebar", "state-pane"].map(function (id) { return document.getElementById(id); })
+      .filter(Boolean);
+  }
+  function setDrawer(pane, open) {
+    pane.classList.toggle("open", open);
+    document.querySelectorAll('[data-toggle="' + pane.id + '"]').forEach(function (button) {
+      button.setAttribute("aria-expanded", String(open));
+    });
+  }
+  function openDrawer(pane, moveFocus) {
+    if (!pane) return;
+    drawers().forEach(function (other) { if (other !== pane) setDrawer(other, false); });
+    setDrawer(pane, true);
+    var backdrop = document.getElementById("backdrop");
+    if (backdrop) backdrop.hidden = !isPhone();
+    if (moveFocus && isPhone()) {
+      var first = pane.querySelector("a[href], button:not([disabled]), input, summary, textarea");
+      if (first) first.focus();
+    }
+  }
+  // Close the open drawer; with `focusToggle`, focus goes back to the button that opened it.
+  function closeDrawers(focusToggle) {
+    var opened = drawers().filter(function (pane) { return pane.classList.contains("open"); });
+    opened.forEach(function (pane) { setDrawer(pane, false); });
+    var backdrop = document.getElementById("backdrop");
+    if (backdrop) backdrop.hidden = true;
+    if (focusToggle && opened.length && isPhone()) {
+      var toggle = document.querySelector('[data-toggle="' + opened[0].id + '"]');
+      if (toggle) toggle.focus();
+    }
+    return opened.length > 0 && isPhone();
+  }
+  var STATE_FOLD = "chat-state-pane";
+  function setStateCollapsed(collapsed, remember) {
+    var area = document.querySelector(".session-area");
+    if (!area || !document.getElementById("state-pane")) return;
+    area.classList.toggle("state-collapsed", collapsed);
+    document.querySelectorAll(".state-collapse").forEach(function (button) {
+      button.setAttribute("aria-expanded", String(!collapsed));
+      button.title = collapsed ? "Show the state panel" : "Hide the state panel";
+    });
+    if (remember) {
+      try { localStorage.setItem(STATE_FOLD, collapsed ? "collapsed" : "open"); } catch (e) { /* storage off */ }
+    }
+  }
+  function restoreStateCollapsed() {
+    var folded = false;
+    try { folded = localStorage.getItem(STATE_FOLD) === "collapsed"; } catch (e) { /* storage off */ }
+    if (folded) setStateCollapsed(true, false);
+  }
+  window.matchMedia("(max-width: 800px)").addEventListener("change", function () { closeDrawers(false); });
+
+  // --- one "more" menu per sidebar row ------------------------------------------------------------
+  // The menu is in the row's own HTML, so rows pushed by htmx (renames, other tabs) bring theirs along.
+  // It is placed with fixed coordinates so the sidebar's scrolling box never clips it.
+  var openMenu = null, refocusRow = null;
+  function menuItems(menu) { return Array.from(menu.querySelectorAll('[role="menuitem"]')); }
+  function placeMenu(button, menu) {
+    var box = button.getBoundingClientRect();
+    menu.style.top = "0px";
+    menu.style.left = "0px";
+    var width = menu.offsetWidth, height = menu.offsetHeight;
+    var top = box.bottom + 2;
+    if (top + height > window.innerHeight - 4) top = Math.max(4, box.top - height - 2);
+    menu.style.top = top + "px";
+    menu.style.left = Math.max(4, Math.min(box.right - width, window.innerWidth - width - 4)) + "px";
+  }
+  function openRowMenu(button, focusLast) {
+    closeRowMenu(false);
+    var menu = document.getElementById(button.getAttribute("aria-controls"));
+    if (!menu) return;
+    menu.hidden = false;
+    button.setAttribute("aria-expanded", "true");
+    button.closest(".session-item").classList.add("menu-open");
+    placeMenu(button, menu);
+    openMenu = {button: button, menu: menu};
+    var items = menuItems(menu);
+    if (items.length) items[focusLast ? items.length - 1 : 0].focus();
+  }
+  function closeRowMenu(focusButton) {
+    if (!openMenu) return false;
+    var menu = openMenu.menu, button = openMenu.button;
+    openMenu = null;
+    menu.hidden = true;
+    button.setAttribute("aria-expanded", "false");
+    var item = button.closest(".session-item");
+    if (item) item.classList.remove("menu-open");
+    if (focusButton && button.isConnected) button.focus();
+    return true;
+  }
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest(".row-menu-button");
+    if (button) {
+      var wasOpen = openMenu && openMenu.button === button;
+      if (wasOpen) closeRowMenu(true);
+      else openRowMenu(button, false);
+      return;
+    }
+    var item = event.target.closest(".row-menu .menu-item");
+    if (item) {
+      if (item.form) {
+        // After the action's swap, focus comes back to the row (or what replaced it) rather than the page.
+        refocusRow = item.closest(".session-item").id;
+        closeRowMenu(false);
+      } else {
+        closeRowMenu(!item.classList.contains("rename-open"));  // Rename has focused its field
+      }
+      return;
+    }
+    if (openMenu && !event.target.closest(".row-menu")) closeRowMenu(false);
+  });
+  document.addEventListener("keydown", function (event) {
+    var button = event.target.closest && event.target.closest(".row-menu-button");
+    if (button && (event.key === "ArrowDown" || event.key === "ArrowUp")) {
+      event.preventDefault();
+      openRowMenu(button, event.key === "ArrowUp");
+      return;
+    }
+    if (!openMenu || !openMenu.menu.contains(event.target)) return;
+    var items = menuItems(openMenu.menu), at = items.indexOf(document.activeElement);
+    var moves = {ArrowDown: at + 1, ArrowUp: at - 1, Home: 0, End: items.length - 1};
+    if (event.key in moves) {
+      event.preventDefault();
+      items[(moves[event.key] + items.length) % items.length].focus();
+    } else if (event.key === "Escape") {
+      event.preventDefault();  // not a Stop of the reply
+      event.stopPropagation();
+      closeRowMenu(true);
+    } else if (event.key === "Tab") {
+      closeRowMenu(false);
+    }
+  });
+  document.addEventListener("scroll", function (event) {
+    if (openMenu && !openMenu.menu.contains(event.target)) closeRowMenu(false);
+  }, true);
+  window.addEventListener("resize", function () { closeRowMenu(false); });
+  // htmx:load, not afterSettle: the request's own element (the menu's form) may have left the page with
+  // the swap, and its settle events then never reach the document; new content always fires load.
+  document.addEventListener("htmx:load", function () {
+    if (openMenu && !openMenu.menu.isConnected) openMenu = null;  // its row was replaced
+    if (!refocusRow) return;
+    var active = document.activeElement;
+    if (active && active !== document.body && active.isConnected) { refocusRow = null; return; }
+    var row = document.getElementById(refocusRow), target = row && row.querySelector(".row-menu-button");
+    refocusRow = null;
+    if (target) target.focus();
+    else if ((target = document.querySelector('.session-link[aria-current="page"]'))) target.focus();
+  });
+
+  // --- search by keyboard: arrows move through the hits, Enter opens one, Esc closes the search ------
+  function searchLinks() {
+    return Array.from(document.querySelectorAll("#session-filter-results .search-hit a, #session-filter-results .search-more a"));
+  }
+  function closeSearch() {
+    var filter = document.getElementById("session-filter"), results = document.getElementById("session-filter-results");
+    if (!filter || !results) return;
+    var open = filter.value !== "" || results.classList.contains("active");
+    filter.value = "";
+    results.classList.remove("active");
+    results.replaceChildren();
+    // As if typed: htmx's "input changed" trigger learns the empty value (typing the same query again
+    // searches again), and a request still on its way is followed by the empty box.
+    if (open) filter.dispatchEvent(new Event("input", {bubbles: true}));
+    filter.focus();
+    return open;
+  }
+  document.addEventListener("keydown", function (event) {
+    var inFilter = event.target.id === "session-filter";
+    var hit = !inFilter && event.target.closest && event.target.closest("#session-filter-results a");
+    if (!inFilter && !hit) return;
+    if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+      var links = searchLinks();
+      if (!links.length) return;
+      event.preventDefault();
+      var next = (hit ? links.indexOf(hit) : -1) + (event.key === "ArrowDown" ? 1 : -1);
+      if (next < 0) document.getElementById("session-filter").focus();
+      else links[Math.min(next, links.length - 1)].focus();
+    } else if (event.key === "Escape") {
+      event.preventDefault();  // not a Stop of the reply
+      if (!closeSearch() && inFilter) closeDrawers(true);  // Esc in an empty search closes a phone's drawer
+    }
+  });
+
+  // --- keyboard shortcuts and their help ----------------------------------------------------------
+  function typing(target) {
+    return target && target.closest && target.closest("input, textarea, select, [contenteditable]");
+  }
+  function shortcutsDialog() { return document.getElementById("shortcuts"); }
+  function openShortcuts() {
+    var dialog = shortcutsDialog();
+    if (dialog && !dialog.open) { closeRowMenu(false); dialog.showModal(); }
+  }
+  document.addEventListener("click", function (event) {
+    if (event.target.closest(".shortcuts-open")) { openShortcuts(); return; }
+    var dialog = shortcutsDialog();
+    // The close button, or a click on the dialog's backdrop (the dialog itself, outside its content).
+    if (dialog && dialog.open && (event.target.closest(".shortcuts-close") || event.target === dialog)) dialog.close();
+  });
+  document.addEventListener("keydown", function (event) {
+    var dialog = shortcutsDialog();
+    if (dialog && dialog.open) {
+      if (event.key === "Escape") { event.preventDefault(); dialog.close(); }  // closed here: no Stop behind it
+      return;
+    }
+    var ctrl = event.ctrlKey || event.metaKey;
+    if ((ctrl && event.key === "/") || (event.key === "?" && !ctrl && !event.altKey && !typing(event.target))) {
+      event.preventDefault();
+      openShortcuts();
+    } else if ((event.altKey && !ctrl && event.code === "KeyN") || (ctrl && event.shiftKey && event.code === "KeyO")) {
+      var link = document.querySelector(".new-chat");
+      if (link) { event.preventDefault(); window.location.assign(link.href); }
+    } else if (event.key === "Escape" && event.shiftKey) {
+      event.preventDefault();  // focus, never a Stop
+      closeDrawers(false);
+      var box = document.getElementById("composer-text");
+      if (box) box.focus();
+    } else if (event.key === "Escape" && !event.defaultPrevented && closeDrawers(true)) {
+      event.preventDefault();  // an open drawer closes first; the next Esc stops a reply
+    }
   });
 })();

@@ -49,18 +49,17 @@ def test_a_shopping_list_reply_streams_and_the_state_panel_updates_live(page, br
         Text("I added **milk** and **eggs** to your shopping list. Anything else?", wait_event=hold),
         Text("Milk and eggs"),
     )
-    # Log in through the form, start a session with the shopping-list assistant.
+    # Log in through the form: a new chat, where the shopping-list assistant is picked in the header.
     page.goto(f"{daphne_server.url}/accounts/login/")
     page.get_by_label("Username").fill("alice")
     page.get_by_label("Password").fill("pw-alice-123")
     page.get_by_role("button", name="Log in").click()
     expect(page).to_have_url(re.compile(r"/new/$"))
-    page.locator("input[name=assistant][value=shopping]").check()
-    page.get_by_role("button", name="Start chatting").click()
+    expect(page.locator("#composer-text")).to_be_focused()
+    page.get_by_label("Assistant").select_option("shopping")
+    send(page, "add milk and eggs")  # the first message creates the chat; its page runs it
     expect(page).to_have_url(re.compile(r"/s/[^/]+/$"))
     expect(page.locator(".session-area[data-live='open']")).to_have_count(1)
-
-    send(page, "add milk and eggs")
     expect(page.locator("#composer-text")).to_have_value("")
     run = last_run(page)
     # Mid-reply: the first words are in, the tools ran, and the panel already shows both items.
@@ -120,10 +119,11 @@ def test_a_rename_and_a_new_session_reach_a_second_tab(context, daphne_server):
     rows = second.locator("#session-list .session-item")
     expect(rows).to_have_count(2)
     first.goto(f"{daphne_server.url}/new/")
-    first.locator("input[name=assistant][value=general]").check()
-    first.get_by_role("button", name="Start chatting").click()
+    expect(rows).to_have_count(2)  # a new chat is nothing yet
+    send(first, "a new chat")
     expect(first).to_have_url(re.compile(r"/s/[^/]+/$"))
     expect(rows).to_have_count(3)  # the new session appeared in the other tab
+    expect(rows.first.locator(".session-title")).to_have_text("a new chat")
 
 
 def test_stop_ends_a_long_reply_and_keeps_what_was_written(page, daphne_server, llm_server):
@@ -362,9 +362,9 @@ def test_a_chat_downloads_as_markdown_from_its_sidebar_row(page, daphne_server):
     log_in(page.context, daphne_server.url, alice)
     open_chat(page, daphne_server, session)
     row = page.locator(f"#session-item-{session.pk}")
-    row.hover()
+    row.get_by_role("button", name="More actions for Trip plans").click()
     with page.expect_download() as download:
-        row.get_by_role("link", name="Download Trip plans as Markdown").click()
+        row.get_by_role("menuitem", name="Download as Markdown").click()
     assert download.value.suggested_filename == f"trip-plans-{session.session_id[:8]}.md"
     text = open(download.value.path(), encoding="utf-8").read()
     assert text.startswith("# Trip plans\n") and "where should we go?" in text and "Somewhere **warm**." in text
@@ -396,8 +396,8 @@ def test_delete_and_undo(page, daphne_server):
     log_in(page.context, daphne_server.url, alice)
     open_chat(page, daphne_server, keep)
     row = page.locator(f"#session-item-{doomed.pk}")
-    row.hover()
-    row.locator(".delete-button").click()
+    row.get_by_role("button", name="More actions for Delete me").click()
+    row.get_by_role("menuitem", name="Move to trash").click()
     expect(row).to_have_count(0)
     toast = page.locator(f"#toast-{doomed.pk}")
     expect(toast).to_contain_text("Delete me")
@@ -408,8 +408,8 @@ def test_delete_and_undo(page, daphne_server):
     doomed.refresh_from_db()
     assert doomed.deleted_at is None
     # Deleted again and left alone, the toast goes by itself (data-timeout, 8 s; not while pointed at).
-    row.hover()
-    row.locator(".delete-button").click()
+    row.get_by_role("button", name="More actions for Delete me").click()
+    row.get_by_role("menuitem", name="Move to trash").click()
     expect(toast).to_be_visible()
     page.mouse.move(0, 0)
     expect(toast).to_have_count(0, timeout=15_000)
