@@ -158,7 +158,7 @@ class Server:
     """scripts/serve of a checkout (its own code, this machine's services) on a free port."""
 
     def __init__(self, tree: Path, workers: int, pg_url: str, redis_url: str, model_url: str, batch: float | None,
-                 count_file: str = "", extra_env: dict | None = None):
+                 count_file: str = "", extra_env: dict | None = None, layer_capacity: int = 0):
         self.port = free_port()
         env = {key: value for key, value in os.environ.items()
                if not key.startswith(("OPENAI_", "CHAT_", "DJANGO_")) and key not in ("DEBUG", "REDIS_URL")}
@@ -171,6 +171,10 @@ class Server:
         if batch is not None:
             env["CHAT_STREAM_BATCH_SECONDS"] = str(batch)
         env.update(extra_env or {})
+        if layer_capacity:  # bench/layer_capacity/sitecustomize.py raises channels-redis's capacity in every server process
+            env["BENCH_LAYER_CAPACITY"] = str(layer_capacity)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "bench" / "layer_capacity"),
+                                                              env.get("PYTHONPATH", "")]))
         command = ["bash", "scripts/serve"]
         if count_file:  # the counting entry point (bench/counting.py) instead of the plain one, after serve's steps
             env["BENCH_COUNT_FILE"] = count_file
@@ -325,10 +329,12 @@ async def chat(client: Client, port: int, turns: int, start: asyncio.Barrier, ti
 
     url = f"ws://127.0.0.1:{port}/ws/sessions/{client.session_id}/?last_run="
     done: list[Turn] = []
+    waited = False
     try:
         async with websockets.connect(url, origin=f"http://127.0.0.1:{port}", max_size=None, open_timeout=120,
                                       ping_interval=None, compression=None,
                                       additional_headers={"Cookie": f"sessionid={client.cookie}"}) as ws:
+            waited = True
             await start.wait()
             for number in range(turns):
                 turn = Turn()
@@ -364,6 +370,8 @@ async def chat(client: Client, port: int, turns: int, start: asyncio.Barrier, ti
                             turn.error = re.sub(r"<[^>]+>", "", frame)[:200]
                             break
     except Exception as exc:  # noqa: BLE001 - a client's failure is a figure, not the end of the bench
+        if not waited:  # it never connected: the others must not wait for it
+            await start.wait()
         if not done or done[-1].error:
             done.append(Turn())
         done[-1].error = f"{type(exc).__name__}: {exc}"[:200] + (f" (last frame: ...{done[-1].seen})" if done else "")
@@ -476,6 +484,8 @@ def main() -> None:
     parser.add_argument("--py-spy", default="", help="the py-spy binary: record the first worker during each wave")
     parser.add_argument("--count", action="store_true", help="serve through bench/counting.py: counts per message")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a setting for the server")
+    parser.add_argument("--layer-capacity", type=int, default=0,
+                        help="channels-redis's capacity in the server (default 100: one per process, shared by its sockets)")
     args = parser.parse_args()
     if args.fake_model:
         fake_model_main()
@@ -499,7 +509,7 @@ def main() -> None:
                         for label, tree in trees:  # interleaved: each N on every checkout in turn
                             count_file = tempfile.mktemp(prefix="bench-counts-") if args.count else ""
                             server = Server(tree, count, pg_url, redis_url, model_url, args.batch, count_file,
-                                            dict(item.split("=", 1) for item in args.env))
+                                            dict(item.split("=", 1) for item in args.env), args.layer_capacity)
                             try:
                                 waves = 1 if args.soak else max(1, math.ceil(args.min_messages / n))
                                 name = f"{label} x{count}"
