@@ -6,9 +6,11 @@ Used by bench/engine.py (agent runs) and bench/workflow.py (workflows and teams)
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -176,6 +178,75 @@ def profile_runs(run: Callable[[], object], runs: int, warmup: int, label: str) 
     stats = pstats.Stats(profiler)
     stats.sort_stats("tottime").print_stats(40)
     stats.sort_stats("cumulative").print_stats(80)
+
+
+# -- a streaming model for load tests --------------------------------------------------------------
+
+
+async def serve_fake_model(port: int, tokens: int, delay: float, ready: Callable[[int], None]) -> None:
+    """An OpenAI-compatible chat completions endpoint on 127.0.0.1:`port` (0: a free one) that streams
+    `tokens` words, one every `delay` seconds, to every request; title and summary requests get the
+    short answers a real model gives. One asyncio loop serves every stream (a thread per stream, as
+    tests/llm_server.py has, spends its time switching threads at hundreds of streams), with the same
+    chunk format as tests/llm_server.py. `ready(port)` is called once it listens."""
+    from tests.llm_server import _chunk, _usage, is_summary_request, is_title_request
+
+    words = [f"word{number} " for number in range(tokens)]
+
+    def answer(body: dict) -> tuple[list[str], float]:
+        if is_title_request(body):
+            return ["Load ", "test ", "chat"], 0.0
+        if is_summary_request(body):
+            return [json.dumps({"summary": "The user asked for a long answer.", "topics": ["load"]})], 0.0
+        return words, delay
+
+    def event(payload: dict) -> bytes:
+        data = b"data: " + json.dumps(payload).encode() + b"\n\n"
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                body = json.loads(await reader.readexactly(length) or b"{}")
+                parts, pause = answer(body)
+                if not body.get("stream"):
+                    message = {"role": "assistant", "content": "".join(parts)}
+                    data = json.dumps({"id": "chatcmpl-load", "object": "chat.completion", "created": 0,
+                                       "model": body.get("model", "load"), "usage": _usage(body, len(parts)),
+                                       "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                                 % (len(data), data.encode()))
+                    await writer.drain()
+                    continue
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+                writer.write(event(_chunk([{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                            "finish_reason": None}])))
+                for part in parts:
+                    if pause:
+                        await asyncio.sleep(pause)
+                    writer.write(event(_chunk([{"index": 0, "delta": {"content": part}, "finish_reason": None}])))
+                    await writer.drain()
+                writer.write(event(_chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}])))
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    writer.write(event({**_chunk([]), "usage": _usage(body, len(parts))}))
+                writer.write(b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=1024)
+    ready(server.sockets[0].getsockname()[1])
+    async with server:
+        await server.serve_forever()
 
 
 # -- side by side with another engine (bench/engine.py --agno) -------------------------------------

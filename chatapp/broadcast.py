@@ -3,7 +3,7 @@
 The consumer forwards `chat.html` payloads to the browser as they are (htmx out-of-band swaps), so
 what a view or a run task sends here is what every open tab swaps in. Sync views use
 `broadcast_to_user` / `broadcast_to_session`; async code (the run tasks, titles) uses
-`abroadcast_to_user`, `asend_to_session` and `push_session_row`.
+`abroadcast_to_user`, `asend_to_session`, `push_session_row` (as stored) and `push_row` (as in hand).
 """
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -44,15 +44,25 @@ async def asend_to_session(session_pk: int, event_type: str, **payload) -> None:
     await get_channel_layer().group_send(session_group(session_pk), {"type": event_type, **payload})
 
 
-def _session_row(session_pk: int, owner_pk: int | None, to_top: bool) -> str:
+def _row_html(session: ChatSession, to_top: bool) -> str:
     """The session's sidebar row, replaced in place or moved to the top of its group."""
-    session = ChatSession.objects.for_user(owner_pk).get(pk=session_pk)
     if to_top:
         return rendering.render_session_item_to_top(session)
     return rendering.render_session_item(session, oob="true")
 
 
+def _session_row(session_pk: int, owner_pk: int | None, to_top: bool) -> str:
+    return _row_html(ChatSession.objects.for_user(owner_pk).get(pk=session_pk), to_top)
+
+
 async def push_session_row(session_pk: int, owner_pk: int | None, to_top: bool = False) -> None:
-    """The session's sidebar row, re-rendered, to every tab of its owner."""
+    """The session's sidebar row, re-rendered as stored, to every tab of its owner."""
     if owner_pk is not None:
         await abroadcast_to_user(owner_pk, await sync_to_async(_session_row)(session_pk, owner_pk, to_top))
+
+
+async def push_row(session: ChatSession, to_top: bool = False) -> None:
+    """The sidebar row of `session` as it is in hand (a run task keeps it as its run stores it), to every
+    tab of its owner: rendered here, without a query or a trip to the database thread."""
+    if session.owner_id is not None:
+        await abroadcast_to_user(session.owner_id, _row_html(session, to_top))

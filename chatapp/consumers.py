@@ -67,14 +67,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from channels.db import aclose_old_connections
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.contrib.auth import get_user_model
 
 from sessions_core import limits
 from sessions_core.models import ChatSession
 
-from . import live, ratelimits, titles
+from . import dbthreads, live, ratelimits, titles
 from .broadcast import session_group, user_group
 from .forms import MessageTextError, message_text
 from .live import ID_MAX
@@ -139,6 +138,16 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame
     return Frame(kind)
 
 
+def _fresh_session(user, session_pk: int) -> ChatSession | None:
+    return ChatSession.objects.for_user(user).alive().filter(pk=session_pk).first()
+
+
+async def _current_session(user, session_pk: int) -> ChatSession | None:
+    """The socket's session as stored now (None once in the trash): one query, on the web's own database
+    threads (chatapp/dbthreads.py), not behind the runs' engine work."""
+    return await dbthreads.run(_fresh_session, user, session_pk)
+
+
 class NotFoundConsumer(AsyncWebsocketConsumer):
     """A socket to any other path: closed with 4404, as an unknown URL is a 404."""
 
@@ -184,8 +193,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except FrameError as exc:
             await self._send_html(render_status(str(exc), "error"))
             return
-        await aclose_old_connections()
-        session = await ChatSession.objects.for_user(self.user).alive().filter(pk=self.session.pk).afirst()
+        session = await _current_session(self.user, self.session.pk)
         if session is None:
             # Moved to the trash (from another tab or process): nothing runs, and a message comes back
             # into the composer rather than being dropped.

@@ -41,7 +41,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
@@ -56,10 +56,11 @@ from sessions_core.branches import RunNotFoundError, SessionBusyError
 from sessions_core.component import Component
 from sessions_core.events import RunEvent, StepStartedEvent, TeamRunStartedEvent, WorkflowStartedEvent
 from sessions_core.models import ChatSession, Message, NameSource, Role, Run, RunStatus
+from sessions_core.runtime import LEASE_SECONDS
 
-from . import assistants, rendering, state_view, titles
+from . import assistants, dbthreads, rendering, state_view, titles
+from .broadcast import asend_to_session, push_row, sync_group
 from .markdown_stream import ReplyStream
-from .broadcast import asend_to_session, push_session_row, sync_group
 from .models import QueuedMessage, new_queued_id
 
 logger = logging.getLogger("chatapp.live")
@@ -83,7 +84,9 @@ class Pending:
     queued_id: str = field(default_factory=new_queued_id)
     cancelled: bool = False
     shown_queued: bool = False  # a queued note was sent for it
-    row_pk: int | None = None  # its QueuedMessage, deleted when its run starts
+    row_pk: int | None = None  # its QueuedMessage (only a message that waits has one), deleted when its run starts
+    session: ChatSession | None = None  # the row as the socket read it just now (a message that runs at once)
+    fallback_title: str = ""  # the unnamed session's name from this message, stored with the run's end
     branch: tuple[str, str] | None = None  # (run id, "regenerate" | "edit"): a new version of that run
 
 
@@ -295,6 +298,12 @@ async def settle_abandoned(session_pk: int) -> str:
     return await sync_to_async(_settle_abandoned)(session_pk)
 
 
+def _may_have_abandoned(session: ChatSession) -> bool:
+    """Whether the row says a run may have been left running by a process that stopped: its lease is
+    still taken but expired (a run that ends, however it ends, clears the lease with its outcome)."""
+    return bool(session.lease_token) and not session.is_running
+
+
 async def submit(session: ChatSession, user, text: str, branch: tuple[str, str] | None = None) -> Pending:
     """Run `text` on the session now, or after the runs already waiting or in flight; with `branch`, as a
     new version of that run (regenerated, or edited to `text`)."""
@@ -302,14 +311,21 @@ async def submit(session: ChatSession, user, text: str, branch: tuple[str, str] 
     if runner is None:
         runner = _runners[session.pk] = SessionRunner(session.pk, session.owner_id)
     item = Pending(text=text, user=user, branch=branch)
-    row = await QueuedMessage.objects.acreate(session_id=session.pk, user=user, text=text, queued_id=item.queued_id)
-    item.row_pk = row.pk
-    must_wait = runner.busy or bool(runner.pending) or await running_elsewhere(session)
-    runner.pending.append(item)
-    if not session.name and await titles.set_fallback_title(session, text):
-        await push_session_row(session.pk, session.owner_id, to_top=True)
+    # It waits behind a run here, or another process's (the lease on the row the socket just read): then it
+    # is stored until its run starts, so a process that stops loses none. One that can run now goes to its
+    # run at once, which stores it (the engine's start); nothing is written for it before that.
+    must_wait = runner.busy or bool(runner.pending) or session.is_running
     if must_wait:
-        item.shown_queued = True
+        row = await QueuedMessage.objects.acreate(session_id=session.pk, user=user, text=text,
+                                                  queued_id=item.queued_id)
+        item.row_pk, item.shown_queued = row.pk, True
+    else:
+        item.session = session
+    if not session.name and (title := titles.fallback_title(text)):
+        # Shown with the run's first sidebar row and stored with its end (titles.store_fallback_title).
+        session.name, session.name_source, item.fallback_title = title, NameSource.FALLBACK, title
+    runner.pending.append(item)
+    if must_wait:
         await _to_session(session.pk, rendering.render_oob(rendering.render_queued(item), "beforeend:#queue")
                           + rendering.render_status(QUEUED_STATUS))
     if not runner.busy:
@@ -461,7 +477,9 @@ async def _wait_for_other_processes(runner: SessionRunner) -> None:
 
 async def _take(item: Pending) -> bool:
     """Take the message off the stored queue to run it now; False if it is gone (dropped, or taken by
-    another process that adopted it)."""
+    another process that adopted it). A message that never waited has no row: it is this process's."""
+    if item.row_pk is None:
+        return True
     deleted, _ = await QueuedMessage.objects.filter(pk=item.row_pk).adelete()
     return bool(deleted)
 
@@ -531,10 +549,14 @@ _FLUSH = object()  # queued by the batch timer: send the text gathered so far
 
 async def _run_one(runner: SessionRunner, item: Pending) -> None:
     pk = runner.session_pk
-    await aclose_old_connections()  # a long-lived server: drop connections that went stale while idle
-    session = await ChatSession.objects.for_user(runner.owner_pk).filter(pk=pk).afirst()
-    if session is None:
-        return
+    session = item.session  # read by the socket a moment ago
+    if session is None:  # the message waited (or was adopted): read the row as it is now
+        await aclose_old_connections()  # a long-lived server: drop connections that went stale while idle
+        session = await ChatSession.objects.for_user(runner.owner_pk).filter(pk=pk).afirst()
+        if session is None:
+            return
+        if item.fallback_title and not session.name:
+            session.name, session.name_source = item.fallback_title, NameSource.FALLBACK
     try:
         agent = assistants.get_assistant(session.component_id)
     except KeyError:
@@ -543,8 +565,8 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
         return
     if item.shown_queued:
         await _to_session(pk, rendering.render_delete("li", f"queued-{item.queued_id}"))
-    settled = await settle_abandoned(pk)  # a run left by a process that stopped: shown as interrupted
-    await _to_session(pk, settled + rendering.render_status("Waiting for the reply…"))
+    if _may_have_abandoned(session):  # a run left by a process that stopped: shown as interrupted
+        await _to_session(pk, await settle_abandoned(pk) + rendering.render_status("Waiting for the reply…"))
 
     events: asyncio.Queue = asyncio.Queue()
 
@@ -618,18 +640,18 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
             elif kind == "done":
                 live.ending = True
                 await _flush(pk, live)
-                await _finished(runner, item, live)
+                await _finished(runner, item, live, session)
                 done = True
             elif kind == "summary":
                 # The summary is made after the reply is complete; the panel shows it when it lands.
                 await _to_session(pk, await sync_to_async(_state_panel)(pk, runner.owner_pk))
         if live is not None and not done:  # the stream ended without a final event: show what is stored
             done = True
-            await _finished(runner, item, live)
+            await _finished(runner, item, live, session)
     except Exception:
         if live is not None and not done:  # never leave a run shown as running
             with suppress(Exception):
-                await _finished(runner, item, live)
+                await _finished(runner, item, live, session)
         raise
     finally:
         if timer is not None:
@@ -651,22 +673,29 @@ async def _step_event(session_pk: int, live: LiveRun, kind: str | None, event) -
         await _to_session(session_pk, await sync_to_async(_render_step_done)(event.run_id, live.steps[event.run_id]))
 
 
-def _render_started(session: ChatSession, event, branched: bool = False) -> tuple[Run, str]:
-    run = started_run(session, event)
-    if branched:  # the replaced version left the transcript with its branch: redraw the current one
-        html = rendering.render_transcript(session) + rendering.render_state_panel(session, oob="true")
-    else:
-        html = rendering.render_oob(rendering.render_run(run), "beforeend:#transcript")
-    return run, html + rendering.render_status("Generating a reply…")
+def _render_branched(session: ChatSession) -> str:
+    """The replaced version left the transcript with its branch: the current one redrawn, as stored now."""
+    session = ChatSession.objects.for_user(session.owner_id).get(pk=session.pk)
+    return rendering.render_transcript(session) + rendering.render_state_panel(session, oob="true")
 
 
 async def _started(runner: SessionRunner, item: Pending, session: ChatSession, event) -> LiveRun:
-    run, html = await sync_to_async(_render_started)(session, event, item.branch is not None)
+    # Rendered here from the event and the row in hand (no query; see started_run), while the engine
+    # goes on to the model: no database read and no trip through the thread the engine's queries use.
+    run = started_run(session, event)
+    if item.branch is not None:
+        html = await sync_to_async(_render_branched)(session)
+    else:
+        html = rendering.render_oob(rendering.render_run(run), "beforeend:#transcript")
     live = LiveRun(run_id=event.run_id, run=run, base_messages=list(run.shown_messages))
     runner.current, runner.starting = live, None
     pk = runner.session_pk
-    await _to_session(pk, html)
-    await push_session_row(pk, runner.owner_pk, to_top=True)
+    await _to_session(pk, html + rendering.render_status("Generating a reply…"))
+    # The sidebar row, running and at the top (with the fallback title of a new chat), as the engine's
+    # start has just stored it (its lease, its last activity).
+    session.last_activity_at = timezone.now()
+    session.lease_expires_at = session.last_activity_at + timedelta(seconds=LEASE_SECONDS)
+    await push_row(session, to_top=True)
     if item.cancelled:  # Stop was pressed before the run started
         await _stop_here(runner, live)
     return live
@@ -723,25 +752,33 @@ _STATUS_NOTES = {
 INTERRUPTED_NOTE = _STATUS_NOTES[RunStatus.INTERRUPTED]
 
 
-def _render_finished(live: LiveRun, owner_pk: int | None) -> tuple[str, ChatSession, str]:
-    """The finished run from the database plus the state panel as stored now (a failed run's
-    mid-run state changes were not kept, so the panel must show the stored state again)."""
-    run = rendering.stored_run(run_id=live.run_id)
-    session = ChatSession.objects.for_user(owner_pk).get(pk=run.session_id)
-    html = rendering.render_run(run, oob="true") + rendering.render_state_panel(session, live.changed_keys, oob="true")
-    return html, session, run.status
+def _render_finished(live: LiveRun, session: ChatSession, item: Pending) -> tuple[str, str]:
+    """The finished run from the database, the new chat's fallback title stored, and the state panel as
+    stored now if the run changed the state (a failed run's mid-run state changes were not kept, so the
+    panel must show the stored state again); a run that changed nothing leaves the panel as it is."""
+    run = rendering.stored_run(run_id=live.run_id, session_id=session.pk)
+    if item.fallback_title:
+        titles.store_fallback_title(session, item.fallback_title)
+    html = rendering.render_run(run, oob="true")
+    if live.changed_keys or live.pending_changes:
+        stored = ChatSession.objects.for_user(session.owner_id).get(pk=session.pk)
+        session.session_state, session.state_version = stored.session_state, stored.state_version
+        html += rendering.render_state_panel(stored, live.changed_keys, oob="true")
+    return html, run.status
 
 
-async def _finished(runner: SessionRunner, item: Pending, live: LiveRun) -> None:
+async def _finished(runner: SessionRunner, item: Pending, live: LiveRun, session: ChatSession) -> None:
     pk = runner.session_pk
-    html, session, status = await sync_to_async(_render_finished)(live, runner.owner_pk)
+    html, status = await dbthreads.run(_render_finished, live, session, item)
     runner.current = None
     note, kind = _STATUS_NOTES.get(status, ("Reply finished.", "info"))
     await asend_to_session(pk, "chat.run_done", run_id=live.run_id, html=html + rendering.render_status(note, kind))
     live.announced.set()
-    await push_session_row(pk, runner.owner_pk, to_top=True)
+    session.lease_expires_at, session.last_activity_at = None, timezone.now()  # as the engine's finish stored it
     if status == RunStatus.COMPLETED and session.name_source in (NameSource.NONE, NameSource.FALLBACK):
-        titles.start_title(session, item.user)
+        titles.start_title(session, item.user)  # which pushes the row, titled or not, when it is done
+    else:
+        await push_row(session)
 
 
 # --- catch-up -----------------------------------------------------------------------------------------

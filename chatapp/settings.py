@@ -153,6 +153,20 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test_db_{os.getpid()}.sqlite3")}
 else:
     DATABASES["default"].setdefault("TEST", {"NAME": "test_" + DATABASES["default"]["NAME"]})
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # A pool of connections per process (psycopg_pool), as Django advises under ASGI instead of persistent
+    # connections: the socket and the run tasks close their connection after each message (Django's
+    # close_old_connections), and without a pool every message opened a new PostgreSQL connection (a
+    # round trip, authentication and a few ms of this process's CPU). A connection is checked before it is
+    # handed out (one empty query: one the server dropped, by a restart, is replaced), and a request waits
+    # at most DATABASE_POOL_TIMEOUT seconds for one (a server that is down: an error, not a hang). 0 turns
+    # the pool off.
+    _pool_size = _number("DATABASE_POOL_MAX", 20, int)
+    if _pool_size:
+        DATABASES["default"]["CONN_HEALTH_CHECKS"] = True  # with a pool: the check before a connection is handed out
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": min(2, _pool_size), "max_size": _pool_size,
+            "timeout": _number("DATABASE_POOL_TIMEOUT", 5.0, above=True)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Messages a socket's channel holds before the layer drops new ones (both layers drop without a word; the
@@ -160,12 +174,18 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # resynchronises), but a socket that far behind would lose the other updates: this bounds how far behind
 # a socket may fall, and the memory a stalled one holds (a message is one batch of a reply, or a fragment).
 CHAT_CHANNEL_CAPACITY = _number("CHAT_CHANNEL_CAPACITY", 1000, int, minimum=10)
+REDIS_SOCKETS_PER_LIST = 100
 REDIS_URL = _env(env.str, "REDIS_URL", "")
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         _refuse("REDIS_URL", REDIS_URL, "expected a URL starting with redis://, rediss:// or unix://")
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                  "CONFIG": {"hosts": [REDIS_URL], "capacity": CHAT_CHANNEL_CAPACITY}}}
+    # A socket's read waits up to 15 s (redis-py's default of 5 s equals channels-redis's 5 s blocking pop on
+    # an idle channel, so under load the empty answer came a moment late and the socket died with a timeout).
+    # channels-redis keeps all of one process's sockets in one list, and its capacity bounds that list, not
+    # one socket: it is sized for REDIS_SOCKETS_PER_LIST sockets a process, each with its own capacity.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {
+        "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+        "capacity": CHAT_CHANNEL_CAPACITY * REDIS_SOCKETS_PER_LIST}}}
     # The rate limits' counters (chatapp/ratelimits.py) too, so a limit holds across server processes.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
                           "KEY_PREFIX": "chatapp"}}
@@ -254,6 +274,9 @@ CHAT_STREAM_BATCH_SECONDS = _number("CHAT_STREAM_BATCH_SECONDS", 0.03)
 # The share of a core a streaming reply's drawing (markdown, chatapp/markdown_stream.py) may take: a batch
 # also waits until the last batch's drawing time is this share of the time since. 1 leaves only the batch.
 CHAT_STREAM_DRAW_SHARE = _number("CHAT_STREAM_DRAW_SHARE", 0.05, minimum=0, above=True)
+# Threads for the web's own database work around a message (chatapp/dbthreads.py: the socket's session read,
+# the finished reply's render), beside Django's one thread that the engine's queries use; 0: that thread.
+CHAT_DB_THREADS = _number("CHAT_DB_THREADS", 4, int)
 # Generated titles: attempts, and the first pause between them (doubled after each failure).
 CHAT_TITLE_ATTEMPTS = _number("CHAT_TITLE_ATTEMPTS", 3, int, minimum=1)
 CHAT_TITLE_RETRY_SECONDS = _number("CHAT_TITLE_RETRY_SECONDS", 1.0)

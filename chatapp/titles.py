@@ -35,17 +35,12 @@ def fallback_title(text: str, limit: int = FALLBACK_TITLE_CHARS) -> str:
     return cut.rstrip(" ,.;:-") + "…"
 
 
-async def set_fallback_title(session: ChatSession, text: str) -> bool:
-    """Name an unnamed session after its first message at once; True if it was named."""
-    title = fallback_title(text)
-    if not title:
-        return False
-    updated = await ChatSession.objects.for_user(session.owner_id).filter(pk=session.pk, name="").aupdate(
-        name=title, name_source=NameSource.FALLBACK
-    )
-    if updated:
-        session.name, session.name_source = title, NameSource.FALLBACK
-    return bool(updated)
+def store_fallback_title(session: ChatSession, title: str) -> bool:
+    """Name a still unnamed session `title` (its first message's fallback_title); True if it was named.
+    The web shows it from the first message on and stores it with that message's run's end, off the path
+    to the first token."""
+    return bool(ChatSession.objects.for_user(session.owner_id).filter(pk=session.pk, name="").update(
+        name=title, name_source=NameSource.FALLBACK))
 
 
 async def generate_title(session: ChatSession, user, attempts: int | None = None) -> bool:
@@ -100,9 +95,20 @@ def _start(job, session: ChatSession) -> asyncio.Task:
     return task
 
 
+async def _title_after_run(session: ChatSession, user) -> bool:
+    titled = False
+    try:
+        titled = await generate_title(session, user)  # which pushes the titled row
+    finally:
+        if not titled:  # the run's end left the row showing it running: redrawn once, untitled
+            await push_session_row(session.pk, session.owner_id)
+    return titled
+
+
 def start_title(session: ChatSession, user) -> asyncio.Task:
-    """`generate_title` in the background (after a session's first completed reply)."""
-    return _start(generate_title(session, user), session)
+    """`generate_title` in the background (after a session's completed reply; the run's end leaves the
+    sidebar row to it)."""
+    return _start(_title_after_run(session, user), session)
 
 
 def start_regenerate_title(session: ChatSession, user) -> asyncio.Task:

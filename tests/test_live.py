@@ -85,6 +85,11 @@ class LiveTaskTests(LiveTestMixin, TransactionTestCase):
             if predicate(message):
                 return message
 
+    async def empty(self, channel: str) -> bool:
+        """Nothing waiting on `channel` (the in-memory layer's queue for it), once every task has settled."""
+        queue = get_channel_layer().channels.get(channel)
+        return queue is None or queue.empty()
+
     async def collect_until_done(self, channel: str, count: int = 1) -> list[dict]:
         layer, messages, done = get_channel_layer(), [], 0
         while done < count:
@@ -172,16 +177,30 @@ class TestRunTasks(LiveTaskTests):
         rows = await self.listen(user_group(self.alice.pk))
         events = await self.listen(session_group(session.pk))
         await live.submit(session, self.alice, "hello")
-        fallback = await self.next_message(rows)
-        assert "hello" in fallback["html"] and 'class="running"' not in fallback["html"]
-        running = await self.next_message(rows)
-        assert 'class="running"' in running["html"]
+        running = await self.next_message(rows)  # one row as the run starts, titled after the first message
+        assert 'class="running"' in running["html"] and '<span class="session-title">hello</span>' in running["html"]
         assert re.search(r'<div hx-swap-oob="afterend:#group-today">\s*<li id="session-item-', running["html"])  # to the top of Today
         hold.set()
         await self.collect_until_done(events)
-        finished = await self.next_message(rows)
-        assert 'class="running"' not in finished["html"]
+        finished = await self.next_message(rows)  # and one when its title arrives
+        assert 'class="running"' not in finished["html"] and "Title" in finished["html"]
         await settle()
+        assert await self.empty(rows)  # nothing more: the row is not pushed again
+        stored = await ChatSession.objects.aget(pk=session.pk)
+        assert (stored.name, stored.name_source) == ("Title", NameSource.AUTO)
+
+    async def test_a_new_chat_is_named_after_its_first_message_when_the_title_fails(self):
+        self.llm.add(Text("a reply"), *[Error(500)] * 9)
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        rows = await self.listen(user_group(self.alice.pk))
+        with override_settings(CHAT_TITLE_ATTEMPTS=1):
+            await live.submit(session, self.alice, "plan my weekend")
+            await settle()
+        stored = await ChatSession.objects.aget(pk=session.pk)
+        assert (stored.name, stored.name_source) == ("plan my weekend", NameSource.FALLBACK)
+        await self.next_message(rows)  # the running row
+        finished = await self.next_message(rows)  # redrawn once the title job gave up
+        assert 'class="running"' not in finished["html"] and "plan my weekend" in finished["html"]
 
     async def test_an_unknown_assistant_is_reported_and_nothing_runs(self):
         await ChatSession.objects.filter(pk=self.session.pk).aupdate(component_id="retired")

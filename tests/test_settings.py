@@ -44,14 +44,24 @@ def test_urls_pick_postgres_and_redis(monkeypatch):
     settings = load(monkeypatch, DATABASE_URL="postgres://app:pw@db.example:5432/chat", REDIS_URL="redis://cache:6379/0")
     database = settings.DATABASES["default"]
     assert (database["ENGINE"], database["HOST"], database["NAME"]) == ("django.db.backends.postgresql", "db.example", "chat")
-    assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] == ["redis://cache:6379/0"]
-    assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["capacity"] == 1000
+    # A read waits longer than channels-redis's 5 s blocking pop of an idle channel.
+    assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] == [{"address": "redis://cache:6379/0",
+                                                                      "socket_timeout": 15}]
+    # A pool of PostgreSQL connections per process, each checked before it is handed out.
+    assert database["OPTIONS"]["pool"] == {"min_size": 2, "max_size": 20, "timeout": 5.0}
+    assert database["CONN_HEALTH_CHECKS"] is True
+
+
+def test_the_connection_pool_can_be_turned_off(monkeypatch):
+    settings = load(monkeypatch, DATABASE_URL="postgres://app:pw@db.example:5432/chat", DATABASE_POOL_MAX="0")
+    assert "pool" not in settings.DATABASES["default"].get("OPTIONS", {})
 
 
 def test_a_sockets_channel_holds_what_chat_channel_capacity_says_in_either_layer(monkeypatch):
     assert load(monkeypatch).CHANNEL_LAYERS["default"]["CONFIG"] == {"capacity": 1000}
     settings = load(monkeypatch, CHAT_CHANNEL_CAPACITY="250", REDIS_URL="redis://cache:6379/0")
-    assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["capacity"] == 250
+    # channels-redis bounds one process's sockets together: room for 100 sockets of 250 each.
+    assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["capacity"] == 250 * 100
 
 
 @pytest.mark.parametrize("env, named", [
