@@ -175,6 +175,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # a socket may fall, and the memory a stalled one holds (a message is one batch of a reply, or a fragment).
 CHAT_CHANNEL_CAPACITY = _number("CHAT_CHANNEL_CAPACITY", 1000, int, minimum=10)
 REDIS_SOCKETS_PER_LIST = 100
+REDIS_MAX_CONNECTIONS = 1000
 REDIS_URL = _env(env.str, "REDIS_URL", "")
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
@@ -183,8 +184,10 @@ if REDIS_URL:
     # an idle channel, so under load the empty answer came a moment late and the socket died with a timeout).
     # channels-redis keeps all of one process's sockets in one list, and its capacity bounds that list, not
     # one socket: it is sized for REDIS_SOCKETS_PER_LIST sockets a process, each with its own capacity.
+    # redis-py's pool refuses a command past 100 connections ("Too many connections", seen with 100 sockets
+    # a process in bench/load.py --soak) instead of waiting: a process may open up to 1,000.
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {
-        "hosts": [{"address": REDIS_URL, "socket_timeout": 15}],
+        "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": REDIS_MAX_CONNECTIONS}],
         "capacity": CHAT_CHANNEL_CAPACITY * REDIS_SOCKETS_PER_LIST}}}
     # The rate limits' counters (chatapp/ratelimits.py) too, so a limit holds across server processes.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,

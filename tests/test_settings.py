@@ -45,8 +45,9 @@ def test_urls_pick_postgres_and_redis(monkeypatch):
     database = settings.DATABASES["default"]
     assert (database["ENGINE"], database["HOST"], database["NAME"]) == ("django.db.backends.postgresql", "db.example", "chat")
     # A read waits longer than channels-redis's 5 s blocking pop of an idle channel.
+    # and a process may hold many connections to Redis (one socket's read or send at a time each).
     assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["hosts"] == [{"address": "redis://cache:6379/0",
-                                                                      "socket_timeout": 15}]
+                                                                      "socket_timeout": 15, "max_connections": 1000}]
     # A pool of PostgreSQL connections per process, each checked before it is handed out.
     assert database["OPTIONS"]["pool"] == {"min_size": 2, "max_size": 20, "timeout": 5.0}
     assert database["CONN_HEALTH_CHECKS"] is True
