@@ -104,20 +104,20 @@ def services(pg_url: str | None, redis_url: str | None):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def start_fake_model() -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen([sys.executable, __file__, "--fake-model"], stdout=subprocess.PIPE, text=True,
-                               cwd=ROOT)
+def start_fake_model(tokens: int) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen([sys.executable, __file__, "--fake-model", "--tokens", str(tokens)],
+                               stdout=subprocess.PIPE, text=True, cwd=ROOT)
     port = int(process.stdout.readline())
     return process, f"http://127.0.0.1:{port}/v1"
 
 
-def fake_model_main() -> None:
+def fake_model_main(tokens: int) -> None:
     sys.path.insert(0, str(ROOT))
 
     def ready(port: int) -> None:
         print(port, flush=True)
 
-    asyncio.run(_support.serve_fake_model(0, TOKENS, TOKEN_DELAY, ready))
+    asyncio.run(_support.serve_fake_model(0, tokens, TOKEN_DELAY, ready))
 
 
 # -- the server ------------------------------------------------------------------------------------
@@ -399,6 +399,7 @@ class Figures:
     lost: int = -1
     missing_runs: int = -1
     counts: dict = field(default_factory=dict)
+    tokens: int = TOKENS  # streamed per reply
 
     def row(self) -> tuple[str, ...]:
         good = [turn for turn in self.turns if not turn.error]
@@ -410,7 +411,7 @@ class Figures:
             return f"{percentile(values, p):,.0f}" if values else "-"
 
         errors = len(self.turns) - len(good)
-        tokens = TOKENS * len(good)
+        tokens = self.tokens * len(good)
         return (self.label, str(self.clients), str(len(self.turns)), pct(first, 50), pct(first, 99), pct(gaps, 99),
                 pct(last, 50), pct(last, 99), str(errors),
                 f"{self.cpu / tokens * 1e6:,.0f}" if tokens else "-", f"{self.cpu * 1000 / max(1, len(good)):,.1f}",
@@ -433,7 +434,7 @@ def measure(server: Server, label: str, clients: int, waves: int, turns: int, ti
         spy = None
         if py_spy:
             spy = subprocess.Popen([py_spy, "record", "--pid", str(server.workers()[0]), "--rate", "250", "--format",
-                                    "raw", "--output", f"{label}-{clients}.pyspy.txt", "--nonblocking"],
+                                    "raw", "--output", f"{label}-{clients}-{number}.pyspy.txt", "--nonblocking"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # py-spy attaches
         turns_done = asyncio.run(wave(batch, server.port, turns, timeout))
@@ -471,6 +472,7 @@ def main() -> None:
     parser.add_argument("--fake-model", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--clients", default="", help="comma-separated N (default 1,10,50,200; --soak: 200)")
     parser.add_argument("--workers", default="1", help="comma-separated worker counts (WEB_CONCURRENCY)")
+    parser.add_argument("--tokens", type=int, default=TOKENS, help="words in each streamed reply (default 200)")
     parser.add_argument("--soak", action="store_true", help="issue 14: each client sends --turns messages")
     parser.add_argument("--turns", type=int, default=0, help="messages per client (default 1; --soak: 10)")
     parser.add_argument("--min-messages", type=int, default=20, help="waves until this many messages per N")
@@ -487,7 +489,7 @@ def main() -> None:
                         help="channels-redis's capacity in the server (default 100: one per process, shared by its sockets)")
     args = parser.parse_args()
     if args.fake_model:
-        fake_model_main()
+        fake_model_main(args.tokens)
         return
     turns = args.turns or (10 if args.soak else 1)
     clients = [int(n) for n in (args.clients or ("200" if args.soak else "1,10,50,200")).split(",")]
@@ -497,7 +499,7 @@ def main() -> None:
         for _, tree in trees:
             if "WEB_CONCURRENCY" not in (tree / "scripts" / "serve").read_text():
                 sys.exit(f"{tree}/scripts/serve does not know WEB_CONCURRENCY: measure 1 worker there")
-    model, model_url = start_fake_model()
+    model, model_url = start_fake_model(args.tokens)
     rows, soak = [HEADER], []
     try:
         with services(args.pg_url, args.redis_url) as (pg_url, redis_url):
@@ -513,6 +515,7 @@ def main() -> None:
                                 waves = 1 if args.soak else max(1, math.ceil(args.min_messages / n))
                                 name = f"{label} x{count}"
                                 figures = measure(server, name, n, waves, turns, args.timeout, args.py_spy, count_file)
+                                figures.tokens = args.tokens
                                 if any(turn.error for turn in figures.turns):
                                     print(f"  the server's log ends:\n{server.output()[-3000:]}")
                             finally:
