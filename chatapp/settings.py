@@ -169,26 +169,23 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
             "timeout": _number("DATABASE_POOL_TIMEOUT", 5.0, above=True)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Messages a socket's channel holds before the layer drops new ones (both layers drop without a word; the
-# default of both is 100). A streamed reply never loses text to it (chatapp/live.py coalesces and
-# resynchronises), but a socket that far behind would lose the other updates: this bounds how far behind
-# a socket may fall, and the memory a stalled one holds (a message is one batch of a reply, or a fragment).
+# Messages a socket's channel holds before the layer drops its oldest (the in-memory layer drops new ones;
+# both without a word; Channels' default is 100). A streamed reply never loses text to it (chatapp/live.py
+# coalesces and resynchronises), but a socket that far behind would lose the other updates: this bounds how
+# far behind a socket may fall, and the memory a stalled one holds (a message is one batch of a reply, or a
+# fragment).
 CHAT_CHANNEL_CAPACITY = _number("CHAT_CHANNEL_CAPACITY", 1000, int, minimum=10)
-REDIS_SOCKETS_PER_LIST = 100
 REDIS_MAX_CONNECTIONS = 1000
 REDIS_URL = _env(env.str, "REDIS_URL", "")
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         _refuse("REDIS_URL", REDIS_URL, "expected a URL starting with redis://, rediss:// or unix://")
-    # A socket's read waits up to 15 s (redis-py's default of 5 s equals channels-redis's 5 s blocking pop on
-    # an idle channel, so under load the empty answer came a moment late and the socket died with a timeout).
-    # channels-redis keeps all of one process's sockets in one list, and its capacity bounds that list, not
-    # one socket: it is sized for REDIS_SOCKETS_PER_LIST sockets a process, each with its own capacity.
-    # redis-py's pool refuses a command past 100 connections ("Too many connections", seen with 100 sockets
-    # a process in bench/load.py --soak) instead of waiting: a process may open up to 1,000.
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {
+    # Redis pub/sub, each socket's queue bounded (chatapp/channel_layer.py says why, with figures). A read
+    # waits up to 15 s for Redis (redis-py's default of 5 s was once too short under load); redis-py's pool
+    # refuses a command past 100 connections ("Too many connections") instead of waiting: up to 1,000.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "chatapp.channel_layer.ChatChannelLayer", "CONFIG": {
         "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": REDIS_MAX_CONNECTIONS}],
-        "capacity": CHAT_CHANNEL_CAPACITY * REDIS_SOCKETS_PER_LIST}}}
+        "capacity": CHAT_CHANNEL_CAPACITY}}}
     # The rate limits' counters (chatapp/ratelimits.py) too, so a limit holds across server processes.
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
                           "KEY_PREFIX": "chatapp"}}

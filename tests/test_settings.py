@@ -61,8 +61,8 @@ def test_the_connection_pool_can_be_turned_off(monkeypatch):
 def test_a_sockets_channel_holds_what_chat_channel_capacity_says_in_either_layer(monkeypatch):
     assert load(monkeypatch).CHANNEL_LAYERS["default"]["CONFIG"] == {"capacity": 1000}
     settings = load(monkeypatch, CHAT_CHANNEL_CAPACITY="250", REDIS_URL="redis://cache:6379/0")
-    # channels-redis bounds one process's sockets together: room for 100 sockets of 250 each.
-    assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["capacity"] == 250 * 100
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "chatapp.channel_layer.ChatChannelLayer"
+    assert settings.CHANNEL_LAYERS["default"]["CONFIG"]["capacity"] == 250  # each socket's own queue
 
 
 @pytest.mark.parametrize("env, named", [

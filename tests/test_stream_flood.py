@@ -159,8 +159,11 @@ class TestInMemoryLayer(FloodChecks, TransactionTestCase):
 
 @pytest.mark.usefixtures("redis_url")
 class TestRedisLayer(FloodChecks, TransactionTestCase):
+    """The app's layer over Redis (chatapp/channel_layer.py), which drops a full channel's oldest messages."""
+
     @staticmethod
     def layer_config(request):
-        return {"BACKEND": "channels_redis.core.RedisChannelLayer",
+        # Its channel names start with the layer's prefix.
+        return {"BACKEND": "chatapp.channel_layer.ChatChannelLayer",
                 "CONFIG": {"hosts": [request.getfixturevalue("redis_url")], "prefix": f"flood{os.getpid()}",
-                           "capacity": CAPACITY, "channel_capacity": {"flood-watch*": 100_000}}}
+                           "capacity": CAPACITY, "channel_capacity": {"*flood-watch*": 100_000}}}

@@ -1,0 +1,65 @@
+"""The channel layer over Redis: channels-redis's pub/sub layer, with a bounded queue per socket.
+
+channels-redis offers two layers. The default one keeps each process's messages in Redis lists: a group
+send reads the group's members from a sorted set and pushes to every member's list (several commands), and
+each process pops its sockets' messages back one blocking pop at a time, in one loop for all its sockets.
+Measured on this app's 2-core machine (`bench/load.py`, one process, 50 chats streaming 200 words each), that
+loop is where a process falls behind: the first word waited 5.1 s (p50) and a frame cost 1.1-2.1 ms of the
+process's CPU from send to receipt. The pub/sub layer sends a group message with one PUBLISH; Redis hands
+it to the processes that have a member in the group, and each process gives it to its own sockets: 0.2-0.7
+ms a frame, and the same 50 chats had their first word after 1.4 s.
+
+Its one gap: it keeps what a socket has not read yet in an unbounded queue, so a socket that stops
+reading (a stalled browser) would hold every frame of every reply in memory. Here a socket's queue holds
+`capacity` messages (`channel_capacity` patterns as in Channels' other layers) and a message past that
+pushes out the oldest, as channels-redis's list layer drops a full channel's oldest messages. The live
+view numbers its frames and resynchronises a socket that missed some (docs/web.md, "Nothing dropped on the
+way"), so what is dropped here is never lost text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from channels.layers import BaseChannelLayer
+from channels_redis.pubsub import RedisPubSubChannelLayer, RedisPubSubLoopLayer
+from channels_redis.utils import _wrap_close
+
+
+class DroppingQueue(asyncio.Queue):
+    """A queue of at most `maxsize` messages where a new message pushes out the oldest."""
+
+    dropped = 0  # messages pushed out, in this queue
+
+    def put_nowait(self, item) -> None:
+        if self.full():
+            self.get_nowait()
+            self.dropped += 1
+        super().put_nowait(item)
+
+
+class _LoopLayer(RedisPubSubLoopLayer):
+    """channels-redis's per-event-loop half, with the bounded queues."""
+
+    def __init__(self, *args, capacity: int = 100, channel_capacity: dict | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        capacities = BaseChannelLayer(capacity=capacity)
+        capacities.channel_capacity = capacities.compile_capacities(channel_capacity or {})
+        self.get_capacity = capacities.get_capacity
+
+    async def _subscribe_to_channel(self, channel: str) -> None:
+        # The queue is in place before the subscription, so nothing that arrives is missed.
+        self.channels[channel] = DroppingQueue(self.get_capacity(channel))
+        await self._get_shard(channel).subscribe(channel)
+
+
+class ChatChannelLayer(RedisPubSubChannelLayer):
+    """`channels_redis.pubsub.RedisPubSubChannelLayer` whose sockets hold at most `capacity` messages."""
+
+    def _get_layer(self) -> _LoopLayer:
+        loop = asyncio.get_running_loop()
+        layer = self._layers.get(loop)
+        if layer is None:
+            layer = self._layers[loop] = _LoopLayer(*self._args, **self._kwargs, channel_layer=self)
+            _wrap_close(self, loop)  # flushed (its connections closed) when the loop closes, as upstream does
+        return layer

@@ -1,0 +1,85 @@
+"""The app's channel layer over a real Redis (chatapp/channel_layer.py): groups across processes, and a
+socket's bounded queue that drops its oldest messages.
+
+Two layer objects stand for two server processes: each has its own subscriptions and queues, and only
+Redis joins them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from chatapp.channel_layer import ChatChannelLayer, DroppingQueue
+from tests.e2e.conftest import redis_url  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("redis_url")
+
+
+@pytest.fixture
+def layers(redis_url):  # noqa: F811
+    def make(**config):
+        return ChatChannelLayer(hosts=[redis_url], prefix=f"layer{os.getpid()}", **config)
+    return make
+
+
+async def _receive(layer, channel, timeout=5.0):
+    return await asyncio.wait_for(layer.receive(channel), timeout)
+
+
+def test_a_full_queue_drops_its_oldest_message():
+    queue = DroppingQueue(3)
+    for n in range(5):
+        queue.put_nowait(n)
+    assert [queue.get_nowait() for _ in range(3)] == [2, 3, 4]
+    assert queue.dropped == 2
+
+
+def test_a_group_message_reaches_its_members_in_every_process_once(layers):
+    asyncio.run(_groups(layers))
+
+
+async def _groups(layers):
+    here, there = layers(), layers()
+    try:
+        mine, theirs, other = await here.new_channel(), await there.new_channel(), await there.new_channel()
+        await here.group_add("chat-1", mine)
+        await there.group_add("chat-1", theirs)
+        await there.group_add("chat-2", other)
+        await here.group_send("chat-1", {"type": "chat.html", "html": "<p>hi</p>"})
+        assert await _receive(here, mine) == {"type": "chat.html", "html": "<p>hi</p>"}
+        assert await _receive(there, theirs) == {"type": "chat.html", "html": "<p>hi</p>"}
+        await there.group_send("chat-2", {"type": "chat.html", "html": "after"})
+        assert (await _receive(there, other))["html"] == "after"  # chat-1's message never came here
+        await there.group_discard("chat-1", theirs)
+        await here.group_send("chat-1", {"type": "chat.html", "html": "again"})
+        assert (await _receive(here, mine))["html"] == "again"
+        await there.send(other, {"type": "chat.html", "html": "direct"})  # to one socket, by name
+        assert (await _receive(there, other))["html"] == "direct"
+        assert there._get_layer().channels[theirs].empty()  # left the group: nothing more came to it
+    finally:
+        await here.flush()
+        await there.flush()
+
+
+def test_a_socket_that_stops_reading_keeps_the_newest_messages_up_to_its_capacity(layers):
+    asyncio.run(_stalled(layers))
+
+
+async def _stalled(layers):
+    sender, reader = layers(), layers(capacity=5, channel_capacity={"*watch*": 1000})
+    try:
+        slow, watch = await reader.new_channel(), await reader.new_channel(prefix="watch.")
+        for channel in (slow, watch):
+            await reader.group_add("chat-3", channel)
+        for seq in range(1, 13):
+            await sender.group_send("chat-3", {"type": "chat.tokens", "seq": seq})
+        # Everything has arrived once the channel that holds everything has it all.
+        assert [(await _receive(reader, watch))["seq"] for _ in range(12)] == list(range(1, 13))
+        assert [(await _receive(reader, slow))["seq"] for _ in range(5)] == [8, 9, 10, 11, 12]
+        assert reader._get_layer().channels[slow].dropped == 7
+    finally:
+        await sender.flush()
+        await reader.flush()
