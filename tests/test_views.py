@@ -375,10 +375,20 @@ class TestSidebarList(WebTestCase):
         assert 'class="running"' not in rows[idle.pk]
 
     def test_row_actions_point_at_their_views(self):
-        html = rendering.render_session_item(self.session)
-        for name in ("chat:session", "chat:session_rename_hx", "chat:session_pin_hx", "chat:session_delete_hx",
-                     "chat:session_retitle_hx"):
-            assert f'"{reverse(name, args=[self.session.session_id])}"' in html
+        # A row carries its URL; the page's menu and rename templates name each action's path under it.
+        row = rendering.render_session_item(self.session)
+        base = re.search(r'data-url="([^"]+)"', row).group(1)
+        assert base == reverse("chat:session", args=[self.session.session_id]) and f'href="{base}"' in row
+        page = self.client.get(base).content.decode()
+        actions = set(re.findall(r'data-action="([^"]+)"', page.split('id="row-menu-template"')[1]))
+        expected = {reverse(name, args=[self.session.session_id]) for name in (
+            "chat:session_rename_hx", "chat:session_pin_hx", "chat:session_delete_hx", "chat:session_retitle_hx",
+            "chat:session_export_markdown")}
+        assert {base + action for action in actions} == expected
+
+    def test_a_row_holds_no_menu_or_form_of_its_own_so_a_long_sidebar_stays_small(self):
+        row = rendering.render_session_item(self.session)
+        assert "<form" not in row and 'role="menu"' not in row and len(row) < 1200
 
     def test_a_bad_cursor_is_treated_as_the_first_page(self):
         html = self.hx_get(reverse("chat:session_list_hx") + "?cursor=nonsense").content.decode()

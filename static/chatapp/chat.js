@@ -41,8 +41,51 @@
   }
 
   // --- inline rename ---------------------------------------------------------------------------
-  function openRename(item) {
+  // A row's menu and rename form are made from the sidebar's templates when first opened, their
+  // action URLs under the row's data-url (templates/chatapp/_row_actions.html).
+  function fromTemplate(id, item) {
+    var template = document.getElementById(id);
+    if (!template) return null;
+    var made = template.content.firstElementChild.cloneNode(true);
+    var targets = Array.from(made.querySelectorAll("[data-action]"));
+    if (made.matches("[data-action]")) targets.push(made);
+    targets.forEach(function (element) {
+      var url = item.dataset.url + element.dataset.action;
+      if (element.tagName === "FORM") {
+        element.action = url;
+        element.setAttribute("hx-post", url);
+      } else {
+        element.href = url;
+      }
+    });
+    return made;
+  }
+  function rowTitle(item) { return item.querySelector(".session-title").textContent; }
+  function rowMenu(item) {
+    var id = "row-menu-" + item.id.replace("session-item-", ""), menu = document.getElementById(id);
+    if (menu || !(menu = fromTemplate("row-menu-template", item))) return menu;
+    menu.id = id;
+    menu.setAttribute("aria-label", rowTitle(item));
+    var pinned = item.classList.contains("is-pinned");
+    menu.querySelector("input[name=pinned]").value = pinned ? "0" : "1";
+    menu.querySelector(".pin-label").textContent = pinned ? "Unpin" : "Pin";
+    item.querySelector(".session-row").appendChild(menu);
+    htmx.process(menu);
+    return menu;
+  }
+  function renameForm(item) {
     var form = item.querySelector(".rename-form");
+    if (form || !(form = fromTemplate("rename-form-template", item))) return form;
+    var input = form.querySelector("input[name=name]");
+    input.value = input.dataset.original = item.dataset.name || "";
+    input.setAttribute("aria-label", "New title for " + rowTitle(item));
+    item.appendChild(form);
+    htmx.process(form);
+    return form;
+  }
+
+  function openRename(item) {
+    var form = renameForm(item);
     if (!form) return;
     item.classList.add("editing");
     form.hidden = false;
@@ -432,8 +475,8 @@
   window.matchMedia("(max-width: 800px)").addEventListener("change", function () { closeDrawers(false); });
 
   // --- one "more" menu per sidebar row ------------------------------------------------------------
-  // The menu is in the row's own HTML, so rows pushed by htmx (renames, other tabs) bring theirs along.
-  // It is placed with fixed coordinates so the sidebar's scrolling box never clips it.
+  // Made for the row when first opened (rowMenu above), so rows pushed by htmx (renames, other tabs) get
+  // theirs too. It is placed with fixed coordinates so the sidebar's scrolling box never clips it.
   var openMenu = null, refocusRow = null;
   function menuItems(menu) { return Array.from(menu.querySelectorAll('[role="menuitem"]')); }
   function placeMenu(button, menu) {
@@ -448,7 +491,7 @@
   }
   function openRowMenu(button, focusLast) {
     closeRowMenu(false);
-    var menu = document.getElementById(button.getAttribute("aria-controls"));
+    var menu = rowMenu(button.closest(".session-item"));
     if (!menu) return;
     menu.hidden = false;
     button.setAttribute("aria-expanded", "true");
