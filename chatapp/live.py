@@ -643,8 +643,14 @@ async def _run_one(runner: SessionRunner, item: Pending) -> None:
                 await _finished(runner, item, live, session)
                 done = True
             elif kind == "summary":
-                # The summary is made after the reply is complete; the panel shows it when it lands.
-                await _to_session(pk, await sync_to_async(_state_panel)(pk, runner.owner_pk))
+                # The summary is made after the reply is complete; the panel shows it when it lands: a
+                # newer one replaces the one shown, and a first one (which may bring the panel itself
+                # into view, for an assistant without state) redraws the panel as stored.
+                if session.summary and event.session_summary:
+                    await _to_session(pk, rendering.render_session_summary(event.session_summary))
+                else:
+                    await _to_session(pk, await sync_to_async(_state_panel)(pk, runner.owner_pk))
+                session.summary = event.session_summary or session.summary
         if live is not None and not done:  # the stream ended without a final event: show what is stored
             done = True
             await _finished(runner, item, live, session)

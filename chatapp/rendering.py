@@ -467,3 +467,9 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
 
 def render_state_panel(session: ChatSession, changed_keys=(), **extra) -> str:
     return render_to_string("chatapp/_state_panel.html", state_panel_context(session, changed_keys, **extra))
+
+
+def render_session_summary(summary: dict) -> str:
+    """A newer summary replacing the one the state panel shows (out of band)."""
+    return render_to_string("chatapp/_session_summary.html",
+                            {"summary": SessionSummary.from_dict(summary), "oob": "true"})

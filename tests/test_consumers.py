@@ -16,7 +16,7 @@ from django.test import Client, TransactionTestCase, override_settings
 from django.urls import reverse
 from django.utils import timezone
 
-from chatapp import live
+from chatapp import live, rendering
 from chatapp.asgi import application
 from chatapp.broadcast import session_group, sync_group
 from chatapp.models import QueuedMessage
@@ -284,7 +284,6 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         await socket.disconnect()
 
     async def test_a_starting_key_the_user_deleted_comes_back_on_the_next_message_as_the_panel_says(self):
-        from chatapp import rendering
         from chatapp.state_edits import replace_state
 
         await sync_to_async(replace_state)(self.alice, self.shopping.session_id, {"budget": 20}, 0)
@@ -452,6 +451,28 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         # ...and the summary reaches the panel when it is done.
         frames = await frames_until(socket, lambda f: 'id="session-summary"' in f)
         assert "Alice plans a &lt;b&gt;trip&lt;/b&gt;." in frames[-1]
+        await settle()
+        await socket.disconnect()
+
+    async def test_a_newer_summary_replaces_the_one_shown_without_redrawing_the_panel(self):
+        session = await sync_to_async(make_session)(self.alice, component_id="general", name="Trip",
+                                                    name_source=NameSource.USER)
+        summaries = iter(["Alice plans a trip.", "Alice plans a <i>trip</i> to Oslo."])
+        self.llm.side_responder = lambda body: (
+            Text(json.dumps({"summary": next(summaries), "topics": ["travel"]})) if is_summary_request(body) else None)
+        self.llm.add(Text("Happy to help."), Text("Oslo it is."))
+        socket = await self.socket(session.session_id, self.alice)
+        await self.send(socket, "help me plan a trip")
+        first = await frames_until(socket, lambda f: 'id="session-summary"' in f)
+        assert 'id="state-panel"' in first[-1]  # the first summary brings the panel (this assistant has no state)
+        await self.send(socket, "to Oslo")
+        newer = (await frames_until(socket, lambda f: 'id="session-summary"' in f))[-1]
+        assert 'id="state-panel"' not in newer and 'hx-swap-oob="true"' in newer
+        assert "Alice plans a &lt;i&gt;trip&lt;/i&gt; to Oslo." in newer and "Topics: travel" in newer
+        stored = await ChatSession.objects.aget(pk=session.pk)
+        panel = await sync_to_async(rendering.render_state_panel)(stored)
+        shown = newer[newer.index("<details"):]
+        assert shown.replace(' hx-swap-oob="true"', "") in panel  # the same as the panel draws it
         await settle()
         await socket.disconnect()
 
