@@ -68,6 +68,7 @@ import json
 from dataclasses import dataclass
 
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.consumer import get_handler_name
 from django.contrib.auth import get_user_model
 
 from sessions_core import limits
@@ -186,6 +187,19 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def _send_html(self, html: str) -> None:
         await self.send(text_data=html)
+
+    # Channels' dispatch closes stale connections of the thread for sync code before every handler, by
+    # a hop onto that thread (the one the engine's queries use): before every batch of every streaming
+    # reply, to every socket, each hop queued behind every chat's engine work, and each close making
+    # that thread's next query take a connection from the pool again. These two events carry HTML and
+    # use no connection of that thread (a run drawn anew goes to chatapp/dbthreads.py), so they skip it.
+    _NO_DATABASE_EVENTS = frozenset({"chat.tokens", "chat.html"})
+
+    async def dispatch(self, message):
+        if message["type"] in self._NO_DATABASE_EVENTS:
+            await getattr(self, get_handler_name(message))(message)
+        else:
+            await super().dispatch(message)
 
     async def receive(self, text_data=None, bytes_data=None):
         try:

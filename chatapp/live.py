@@ -792,10 +792,11 @@ async def _finished(runner: SessionRunner, item: Pending, live: LiveRun, session
 
 async def live_run_html(live: LiveRun, text: str, append: bool = False) -> str:
     """A run in flight with the whole text so far: replacing its fragment, or appended when new to the page."""
+    # On the web's own threads (a workflow's steps so far are read): not on the one the engine's calls use.
     if append:
-        html = await sync_to_async(_render_live_run)(live, text, oob="")
+        html = await dbthreads.run(_render_live_run, live, text, oob="")
         return rendering.render_oob(html, "beforeend:#transcript")
-    return await sync_to_async(_render_live_run)(live, text)
+    return await dbthreads.run(_render_live_run, live, text)
 
 
 def _missed(session_pk: int, last_run: str | None, running: str, skip: str) -> tuple[str, bool]:

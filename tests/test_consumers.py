@@ -206,6 +206,32 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
     async def send(self, socket, text: str):
         await socket.send_to(text_data=json.dumps({"type": "send", "text": text, "HEADERS": {"HX-Request": "true"}}))
 
+    async def test_a_streamed_batch_costs_the_socket_no_trip_to_the_thread_the_engine_uses(self):
+        # Channels' dispatch hops onto the thread for sync code before every handler (to close stale
+        # connections); a reply's batches and fragments skip it, the socket's own frames do not.
+        import channels.consumer
+
+        hops, real = [], channels.consumer.aclose_old_connections
+
+        async def counted():
+            hops.append(1)
+            await real()
+
+        channels.consumer.aclose_old_connections = counted
+        try:
+            with self.settings(CHAT_STREAM_BATCH_SECONDS=0):
+                self.llm.add(Text(" ".join(f"word{n}" for n in range(60)), chunk_delay=0.002), Text("Words"))
+                socket = await self.socket(self.shopping.session_id, self.alice)
+                before = len(hops)
+                await self.send(socket, "count to sixty")
+                frames = await frames_until(socket, run_done())
+                await settle()
+        finally:
+            channels.consumer.aclose_old_connections = real
+        assert sum(map(is_stream_frame, frames)) > 10  # many batches reached the socket...
+        assert len(hops) - before <= 3  # ...and only its own message and the run's end hopped
+        await socket.disconnect()
+
     async def test_a_send_streams_the_reply_then_the_final_fragment_and_the_state(self):
         self.llm.add(
             ToolCalls([("add_item", {"item": "milk"}), ("add_item", {"item": "eggs"})]),
