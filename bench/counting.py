@@ -55,6 +55,7 @@ def counted(owner, name: str, key: str, by_caller: bool = False) -> None:
 def install() -> None:
     import channels.layers
     import channels_redis.core
+    import channels_redis.pubsub
     from asgiref.sync import SyncToAsync
     from django.db.backends import utils
     from django.template.backends import django as django_backend
@@ -62,7 +63,8 @@ def install() -> None:
     counted(utils.CursorWrapper, "execute", "sql", by_caller=True)
     counted(utils.CursorWrapper, "executemany", "sql", by_caller=True)
     counted(django_backend.Template, "render", "renders", by_caller=True)
-    for layer in (channels_redis.core.RedisChannelLayer, channels.layers.InMemoryChannelLayer):
+    for layer in (channels_redis.core.RedisChannelLayer, channels_redis.pubsub.RedisPubSubLoopLayer,
+                  channels.layers.InMemoryChannelLayer):
         counted(layer, "group_send", "group_sends")
         counted(layer, "send", "sends")
     counted(SyncToAsync, "__call__", "sync_to_async", by_caller=True)
