@@ -434,7 +434,7 @@ def measure(server: Server, label: str, clients: int, waves: int, turns: int, ti
         spy = None
         if py_spy:
             spy = subprocess.Popen([py_spy, "record", "--pid", str(server.workers()[0]), "--rate", "250", "--format",
-                                    "raw", "--output", f"{label}-{clients}-{number}.pyspy.txt", "--nonblocking"],
+                                    "raw", "--output", f"{label}-{clients}-{number}.pyspy.txt", "--nonblocking", "--gil"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # py-spy attaches
         turns_done = asyncio.run(wave(batch, server.port, turns, timeout))
