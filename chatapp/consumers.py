@@ -67,9 +67,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.consumer import get_handler_name
-from django.contrib.auth import get_user_model
+from channels.generic.websocket import AsyncWebsocketConsumer
 
 from sessions_core import limits
 from sessions_core.models import ChatSession
@@ -170,7 +169,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if session is None:
             await self.close(code=4403)
             return
-        self.user = await get_user_model().objects.aget(pk=user.pk)  # a plain User for the run tasks
+        # A plain User for the run tasks: the one Channels' AuthMiddleware loaded behind its lazy wrapper.
+        self.user = getattr(user, "_wrapped", user)
         self.session = session
         self.follower = live.Follower(session, self.channel_name, self._send_html)
         self.joined = [session_group(session.pk), user_group(user.pk)]
