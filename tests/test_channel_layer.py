@@ -17,7 +17,7 @@ import time
 import pytest
 from redis import exceptions as redis_errors
 
-from chatapp.channel_layer import ChatChannelLayer, DroppingQueue
+from chatapp.channel_layer import PUBLISHES_AT_ONCE, ChatChannelLayer, DroppingQueue
 from tests.e2e.conftest import _free_port, redis_url  # noqa: F401  (fixture)
 
 
@@ -83,6 +83,26 @@ async def _stalled(layers):
         assert [(await _receive(reader, watch))["seq"] for _ in range(12)] == list(range(1, 13))
         assert [(await _receive(reader, slow))["seq"] for _ in range(5)] == [8, 9, 10, 11, 12]
         assert reader._get_layer().channels[slow].dropped == 7
+    finally:
+        await sender.flush()
+        await reader.flush()
+
+
+def test_many_sends_at_once_stay_within_the_connection_pool(redis_url):  # noqa: F811
+    asyncio.run(_burst(redis_url))
+
+
+async def _burst(redis_url):  # noqa: F811
+    # Sends go out together, each on a connection of redis-py's pool, which refuses a command past its
+    # size instead of waiting: the layer keeps them within it (chatapp.channel_layer.PUBLISHES_AT_ONCE).
+    host = {"address": redis_url, "max_connections": PUBLISHES_AT_ONCE + 8}
+    sender, reader = ChatChannelLayer(hosts=[host]), ChatChannelLayer(hosts=[redis_url], capacity=1000)
+    try:
+        channel = await reader.new_channel()
+        await reader.group_add("chat-5", channel)
+        await asyncio.gather(*(sender.group_send("chat-5", {"type": "chat.tokens", "seq": n}) for n in range(300)))
+        seen = {(await _receive(reader, channel))["seq"] for _ in range(300)}
+        assert seen == set(range(300))
     finally:
         await sender.flush()
         await reader.flush()
