@@ -324,13 +324,32 @@ class Turn:
     trace: list[str] = field(default_factory=list)
 
 
-async def chat(client: Client, port: int, turns: int, start: asyncio.Barrier, timeout: float) -> list[Turn]:
+async def load_page(client: Client, port: int) -> int:
+    """GET the chat's page as a browser would (behind the proxy that ends TLS); returns its size in bytes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write((f"GET /s/{client.session_id}/ HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: sessionid={client.cookie}"
+                      "\r\nX-Forwarded-Proto: https\r\nAccept: text/html\r\nConnection: close\r\n\r\n").encode())
+        await writer.drain()
+        response = await reader.read()
+    finally:
+        writer.close()
+    status = response.split(b" ", 2)[1]
+    if status != b"200":
+        raise RuntimeError(f"the chat page answered {status.decode()}")
+    return len(response.partition(b"\r\n\r\n")[2])
+
+
+async def chat(client: Client, port: int, turns: int, start: asyncio.Barrier, timeout: float,
+               page: bool = False) -> list[Turn]:
     import websockets
 
     url = f"ws://127.0.0.1:{port}/ws/sessions/{client.session_id}/?last_run="
     done: list[Turn] = []
     waited = False
     try:
+        if page:  # the page first, then its socket, as a tab opens a chat
+            await load_page(client, port)
         async with websockets.connect(url, origin=f"http://127.0.0.1:{port}", max_size=None, open_timeout=120,
                                       ping_interval=None, compression=None,
                                       additional_headers={"Cookie": f"sessionid={client.cookie}"}) as ws:
@@ -379,9 +398,9 @@ async def chat(client: Client, port: int, turns: int, start: asyncio.Barrier, ti
     return done
 
 
-async def wave(clients: list[Client], port: int, turns: int, timeout: float) -> list[Turn]:
+async def wave(clients: list[Client], port: int, turns: int, timeout: float, page: bool = False) -> list[Turn]:
     start = asyncio.Barrier(len(clients))
-    results = await asyncio.gather(*(chat(client, port, turns, start, timeout) for client in clients))
+    results = await asyncio.gather(*(chat(client, port, turns, start, timeout, page) for client in clients))
     return [turn for turns_of_one in results for turn in turns_of_one]
 
 
@@ -423,7 +442,7 @@ HEADER = ("code", "N", "messages", "first p50 ms", "first p99", "gap p99", "last
 
 
 def measure(server: Server, label: str, clients: int, waves: int, turns: int, timeout: float,
-            py_spy: str = "", count_file: str = "") -> Figures:
+            py_spy: str = "", count_file: str = "", page: bool = False) -> Figures:
     figures = Figures(label, clients)
     asyncio.run(wave(make_clients(2, f"{label}-warm-{secrets.token_hex(3)}"), server.port, 1, timeout))  # not counted
     server.wait_quiet()
@@ -437,7 +456,7 @@ def measure(server: Server, label: str, clients: int, waves: int, turns: int, ti
                                     "raw", "--output", f"{label}-{clients}-{number}.pyspy.txt", "--nonblocking", "--gil"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # py-spy attaches
-        turns_done = asyncio.run(wave(batch, server.port, turns, timeout))
+        turns_done = asyncio.run(wave(batch, server.port, turns, timeout, page))
         server.wait_quiet()
         figures.cpu += server.cpu() - before
         if spy is not None:
@@ -472,6 +491,8 @@ def main() -> None:
     parser.add_argument("--fake-model", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--clients", default="", help="comma-separated N (default 1,10,50,200; --soak: 200)")
     parser.add_argument("--workers", default="1", help="comma-separated worker counts (WEB_CONCURRENCY)")
+    parser.add_argument("--page", action="store_true",
+                        help="each client loads its chat's page before its socket (in the CPU figures)")
     parser.add_argument("--tokens", type=int, default=TOKENS, help="words in each streamed reply (default 200)")
     parser.add_argument("--soak", action="store_true", help="issue 14: each client sends --turns messages")
     parser.add_argument("--turns", type=int, default=0, help="messages per client (default 1; --soak: 10)")
@@ -514,7 +535,8 @@ def main() -> None:
                             try:
                                 waves = 1 if args.soak else max(1, math.ceil(args.min_messages / n))
                                 name = f"{label} x{count}"
-                                figures = measure(server, name, n, waves, turns, args.timeout, args.py_spy, count_file)
+                                figures = measure(server, name, n, waves, turns, args.timeout, args.py_spy, count_file,
+                                                  args.page)
                                 figures.tokens = args.tokens
                                 if any(turn.error for turn in figures.turns):
                                     print(f"  the server's log ends:\n{server.output()[-3000:]}")
