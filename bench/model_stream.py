@@ -6,7 +6,9 @@
 
 Setup: a local OpenAI-compatible model (`_support.serve_fake_model`) in a process of its own per delay,
 streaming `--tokens` words ("word17 "), one every `--delays` ms (0: as fast as it writes them, so reads
-carry many SSE events; a few ms: one event per read, as a real model streams). Each checkout measured
+carry many SSE events and the figure is the Python path alone; 5 ms: one event per read, as a real model
+streams, and a single stream's figure is then mostly the cost of waking the process up for each read,
+which this VM makes high; `many` shares those wake-ups between 50 streams). Each checkout measured
 runs in its own child process on a throwaway SQLite database, and the children take turns round by
 round, each doing every measure once per round, so all see the same moments of the machine. Figures
 are the child's process CPU (`time.process_time`: every thread, the engine's database thread
@@ -16,7 +18,10 @@ included; the server is elsewhere), the median over the rounds:
             the first (what each further token costs; the request is not in it), and the whole call.
   agent     `Agent.arun(stream=True)`, no tools, one session: CPU from the first content event to the
             last, per token after the first (the engine's per-token path on top of `astream`).
-  acomplete one non-streamed `OpenAIChat.acomplete` (a title request, answered with three words), whole.
+  many      `--streams` (50) `astream` calls at once against the server of the last delay, as a busy
+            server process reads its chats' replies: the whole CPU per token (requests included).
+  acomplete non-streamed `OpenAIChat.acomplete` (a title request, answered with three words): the mean
+            CPU of 10 calls in a row, each whole.
   sdk lines the bare `openai` client's `with_streaming_response` read with `iter_lines()` and nothing
             parsed, for scale: the same in every checkout (so it also shows the noise between them).
 """
@@ -47,7 +52,9 @@ PROMPT = [{"role": "user", "content": "Write a long answer."}]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=200, help="words per streamed reply")
-    parser.add_argument("--delays", default="0,2", help="ms between the streamed words, one server each")
+    parser.add_argument("--delays", default="0,5", help="ms between the streamed words, one server each")
+    parser.add_argument("--streams", type=int, default=50, help="concurrent astream calls for the 'many' measure "
+                        "(against the server of the last delay)")
     parser.add_argument("--rounds", type=int, default=15, help="timed rounds (each child measures all per round)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed rounds first")
     parser.add_argument("--compare", metavar="CHECKOUT", action="append", default=[],
@@ -74,7 +81,8 @@ def main() -> None:
             for number, (name, root) in enumerate(checkouts):
                 url = f"sqlite:///{tmp}/bench{number}.sqlite3"
                 command = [sys.executable, __file__, "--child", url, "--root", str(root), "--tokens",
-                           str(args.tokens), "--delays", args.delays, "--ports", ",".join(map(str, ports))]
+                           str(args.tokens), "--delays", args.delays, "--streams", str(args.streams),
+                           "--ports", ",".join(map(str, ports))]
                 children[f"{name} ({root})" if name != "this" else "this checkout"] = command, _support.child_env(url)
             results, _ = _support.drive_rounds(children, args.warmup + args.rounds)
         finally:
@@ -112,6 +120,8 @@ def print_table(results: dict, delays: list[float], args) -> None:
                 value = statistics.median(figures[f"{key}@{delay:g}"] for figures in timed)
                 cells.append(f"{value:.2f}" if key.endswith("call") else f"{value:.1f}")
             rows.append((name, label, *cells))
+        value = statistics.median(figures["many"] for figures in timed)
+        rows.append((name, f"astream, {args.streams} at once, per token", *[""] * (len(delays) - 1), f"{value:.1f}"))
         value = statistics.median(figures["acomplete"] for figures in timed)
         rows.append((name, "acomplete, one call (ms)", f"{value:.2f}", *[""] * (len(delays) - 1)))
     _support.print_table(rows)
@@ -149,6 +159,7 @@ def child(args, delays: list[float]) -> None:
                     measure_astream(models[delay], args.tokens))
                 figures[f"agent@{key}"] = loop.run_until_complete(measure_agent(agents[delay], args.tokens))
                 figures[f"sdk@{key}"] = loop.run_until_complete(measure_sdk(clients[delay], args.tokens))
+            figures["many"] = loop.run_until_complete(measure_many(models[delays[-1]], args.tokens, args.streams))
             figures["acomplete"] = loop.run_until_complete(measure_acomplete(models[delays[0]]))
             print(json.dumps({"figures": figures}), flush=True)
         for client in clients.values():
@@ -207,12 +218,26 @@ async def measure_sdk(client, tokens: int) -> float:
     return (ended - first) * 1e6 / (tokens - 1)
 
 
-async def measure_acomplete(model) -> float:
+async def measure_many(model, tokens: int, streams: int) -> float:
+    """`streams` astream calls at once, as a busy server process reads them: whole CPU per token."""
+
+    async def one() -> int:
+        return sum([_words(chunk.content) async for chunk in model.astream(PROMPT)])
+
     started = time.process_time()
-    text = await model.acomplete(TITLE_REQUEST)
+    words = await asyncio.gather(*[one() for _ in range(streams)])
     ended = time.process_time()
-    assert text == "Load test chat", text
-    return (ended - started) * 1000
+    assert words == [tokens] * streams, words
+    return (ended - started) * 1e6 / (tokens * streams)
+
+
+async def measure_acomplete(model, calls: int = 10) -> float:
+    """The mean CPU of `calls` acomplete calls, one after another, in ms."""
+    started = time.process_time()
+    for _ in range(calls):
+        text = await model.acomplete(TITLE_REQUEST)
+        assert text == "Load test chat", text
+    return (time.process_time() - started) * 1000 / calls
 
 
 if __name__ == "__main__":

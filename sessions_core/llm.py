@@ -106,9 +106,10 @@ class OpenAIChat(Model):
                 async with aclosing(_body_bytes(response.http_response)) as reads:
                     async for data in reads:
                         for line in lines.feed(data):
-                            text = reply.feed(line)
-                            if text:
-                                yield ModelChunk(content=text)
+                            if line:  # a blank line ends an SSE event: nothing to read in it
+                                text = reply.feed(line)
+                                if text:
+                                    yield ModelChunk(content=text)
                 text = reply.feed(lines.flush())
                 if text:
                     yield ModelChunk(content=text)
