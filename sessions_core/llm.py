@@ -71,23 +71,29 @@ class OpenAIChat(Model):
         if client is not None:
             await client.close()
 
-    def _request(self, messages: list[dict], tools: list[dict] | None, response_format: dict | None) -> dict:
+    def _request(self, messages: list[dict], tools: list[dict] | None, response_format: dict | None,
+                 stream: bool = False) -> dict:
         """The keyword arguments of `chat.completions.create` for this request.
 
-        The messages and tools go in `extra_body`, which the SDK sends as they are. Given as
-        `messages=`, the SDK walks every message through its TypedDict transform first: 2.3-2.7 ms of
-        Python for a 14-message request on a small machine, on the event loop, for a body that is
-        already plain JSON (the transform renames aliased keys and formats files; the request has neither).
-        The body sent is the same.
+        Everything but the model and the stream flag goes in `extra_body`, which the SDK sends as it
+        is. Given as `messages=`, the SDK walks every message through its TypedDict transform first:
+        2.3-2.7 ms of Python for a 14-message request on a small machine, on the event loop, for a
+        body that is already plain JSON (the transform renames aliased keys and formats files; the
+        request has neither); the stream options, response format and temperature cost ~0.1 ms more
+        that way per request. The body sent is the same.
         """
         body = {"messages": messages}
         if tools:
             body["tools"] = tools
-        request = {"model": self.id, "messages": [], "extra_body": body}
         if response_format:
-            request["response_format"] = response_format
+            body["response_format"] = response_format
         if self.temperature is not None:
-            request["temperature"] = self.temperature
+            body["temperature"] = self.temperature
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        request = {"model": self.id, "messages": [], "extra_body": body}
+        if stream:
+            request["stream"] = True
         return request
 
     async def astream(self, messages, tools=None, response_format=None):
@@ -100,8 +106,7 @@ class OpenAIChat(Model):
         reply = _StreamedReply()
         try:
             create = self._client().chat.completions.with_streaming_response.create
-            request = self._request(messages, tools, response_format)
-            async with create(**request, stream=True, stream_options={"include_usage": True}) as response:
+            async with create(**self._request(messages, tools, response_format, stream=True)) as response:
                 lines = _SSELines()
                 async with aclosing(_body_bytes(response.http_response)) as reads:
                     async for data in reads:
