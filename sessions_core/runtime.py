@@ -577,26 +577,29 @@ class RunLoop:
         metrics = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}
         self.output.metrics = metrics
         token_keys = ("input_tokens", "output_tokens", "total_tokens")
+        content_event = self.event_classes["content"]
         for _ in range(MAX_MODEL_CALLS):
             self.check_cancelled()
             metrics["model_calls"] += 1
             self.current_reply = reply_parts = []
             final = None
             stream = self.model.astream(wire, tools, response_format)
+            self.root.active.add(self)  # a stop interrupts its reads (`interrupt`)
             try:
+                # Per token: a stop asked meanwhile is heard by the next `_next_chunk`, before any wait.
                 while (chunk := await self._next_chunk(stream)) is not None:
-                    if chunk.content:
+                    if content := chunk.content:
                         if "time_to_first_token" not in metrics:
                             metrics["time_to_first_token"] = round(time.perf_counter() - self.started, 6)
-                        reply_parts.append(chunk.content)
-                        self.content_parts.append(chunk.content)
-                        yield self.event("content", content=chunk.content)
-                        self.check_cancelled()
+                        reply_parts.append(content)
+                        self.content_parts.append(content)
+                        yield self._event(content_event, content=content)
                         if time.perf_counter() >= self.checkpoint_due:
                             await self._checkpoint()
                     if chunk.finish_reason is not None or chunk.tool_calls or chunk.usage:
                         final = chunk
             finally:
+                self.root.active.discard(self)
                 # Closing the stream closes the HTTP response: a stopped run stops the provider too.
                 await stream.aclose()
                 if final is not None and final.usage and "input_tokens" in metrics:
@@ -708,9 +711,9 @@ class RunLoop:
 
     async def _next_chunk(self, stream) -> ModelChunk | None:
         """The model's next chunk (None at the end). A stop asked in this process meanwhile interrupts the wait."""
-        self.check_cancelled()  # a stop that came while the run was busy elsewhere (a checkpoint)
+        # A stop that came while the run was busy elsewhere (its caller handling the last event, a checkpoint).
+        self.check_cancelled()
         task = self.reader = asyncio.current_task()
-        self.root.active.add(self)
         try:
             return await anext(stream)
         except StopAsyncIteration:
@@ -721,7 +724,6 @@ class RunLoop:
             raise
         finally:
             self.reader = None
-            self.root.active.discard(self)
 
     def interrupt(self) -> None:
         """From any thread: stop waiting for the model now (a stop was requested), here and in every run

@@ -23,6 +23,9 @@ Response kinds:
 * `Hang(seconds)` answers nothing for `seconds` (released early by a reset or shutdown).
 * `Cut(text)` streams `text`, then drops the connection without the final chunk or `[DONE]`.
 * `Malformed(text="")` streams `text`, then a `data: {not json` line.
+* `Raw(pieces, gap=0.0, headers=None)` streams the bytes of `pieces` as they are, each in an HTTP chunk
+  of its own, `gap` seconds apart (so they tend to reach the client in reads of their own): SSE
+  lines split anywhere, CRLF endings, several events in one write.
 
 Records: `requests` (the JSON bodies, in arrival order), `disconnects` (clients that left
 mid-stream), with `wait_for_requests(n)` / `wait_for_disconnects(n)` to wait for them.
@@ -156,6 +159,24 @@ class Malformed:
             handler.send_delta({"content": word})
         handler.send_chunk(b"data: {not json\n\n")
         handler.send_chunk(b"data: [DONE]\n\n")
+        handler.send_chunk(b"")
+
+
+@dataclass
+class Raw:
+    pieces: list[bytes]
+    gap: float = 0.0
+    headers: dict | None = None
+
+    def serve(self, handler: _Handler, body: dict) -> None:
+        handler.send_response(200)
+        for name, value in {"Content-Type": "text/event-stream", **(self.headers or {})}.items():
+            handler.send_header(name, value)
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        for piece in self.pieces:
+            handler.pause(self.gap)
+            handler.send_chunk(piece)
         handler.send_chunk(b"")
 
 

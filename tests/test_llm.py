@@ -69,26 +69,43 @@ def test_request_carries_messages_tools_and_streaming_options(llm_server, openai
     assert body["stream_options"] == {"include_usage": True}
 
 
-def test_request_body_is_the_one_the_sdks_plain_create_sends(llm_server, openai_model):
-    """The messages and tools skip the SDK's transform (through extra_body); the body is unchanged."""
+SCHEMA_FORMAT = {"type": "json_schema", "json_schema": {"name": "summary", "strict": True, "schema": {
+    "type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}}}
+
+
+@pytest.mark.parametrize("response_format, temperature", [({"type": "json_object"}, None), (SCHEMA_FORMAT, 0.2)],
+                         ids=["json_object", "json_schema and temperature"])
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "plain"])
+def test_request_body_is_the_one_the_sdks_plain_create_sends(llm_server, response_format, temperature, streamed):
+    """The request skips the SDK's transform (all but model and stream go in extra_body); the body is unchanged."""
     import openai
 
+    model = OpenAIChat(id="test-model", base_url=llm_server.base_url, api_key="test", temperature=temperature)
     messages = [{"role": "system", "content": "Be brief."}, *HELLO,
                 {"role": "assistant", "content": "", "tool_calls": [
                     {"id": "c1", "type": "function", "function": {"name": "add_item", "arguments": '{"item": "x"}'}}]},
                 {"role": "tool", "tool_call_id": "c1", "content": "Added x"}]
-    llm_server.add(Text("Hi"))
-    llm_server.add(Text("Hi"))
-    stream(openai_model, messages, SHOPPING_TOOLS, {"type": "json_object"})
+    tools = SHOPPING_TOOLS if streamed else None
+    llm_server.add(Text('{"summary": "Hi"}'))
+    llm_server.add(Text('{"summary": "Hi"}'))
+    if streamed:
+        stream(model, messages, tools, response_format)
+    else:
+        asyncio.run(model.acomplete(messages, response_format))
 
     async def plain():
         client = openai.AsyncOpenAI(base_url=llm_server.base_url, api_key="test", max_retries=0)
-        async with client.chat.completions.with_streaming_response.create(
-            model="test-model", messages=messages, tools=SHOPPING_TOOLS, response_format={"type": "json_object"},
-            stream=True, stream_options={"include_usage": True},
-        ) as response:
-            async for _line in response.iter_lines():
-                pass
+        options = {"temperature": temperature} if temperature is not None else {}
+        if streamed:
+            async with client.chat.completions.with_streaming_response.create(
+                model="test-model", messages=messages, tools=tools, response_format=response_format,
+                stream=True, stream_options={"include_usage": True}, **options,
+            ) as response:
+                async for _line in response.iter_lines():
+                    pass
+        else:
+            await client.chat.completions.create(
+                model="test-model", messages=messages, response_format=response_format, **options)
         await client.close()
 
     asyncio.run(plain())
