@@ -147,6 +147,7 @@ class RunLoop:
         self.current_reply: list[str] = []  # text of the model call in flight
         self.finished = False
         self.heartbeat_task: asyncio.Task | None = None
+        self.saving: asyncio.Future | None = None  # the checkpoint's write in flight
 
     # -- events -----------------------------------------------------------------------------------
 
@@ -595,7 +596,7 @@ class RunLoop:
                         self.content_parts.append(content)
                         yield self._event(content_event, content=content)
                         if time.perf_counter() >= self.checkpoint_due:
-                            await self._checkpoint()
+                            self._checkpoint()
                     if chunk.finish_reason is not None or chunk.tool_calls or chunk.usage:
                         final = chunk
             finally:
@@ -749,22 +750,22 @@ class RunLoop:
             raise Cancelled()
 
 
-    async def _checkpoint(self) -> None:
-        """Save the text so far and hear about a stop requested from another process."""
+    def _checkpoint(self) -> None:
+        """Save the text so far, beside the stream rather than in its way: the model's next chunks are
+        read while the write waits its turn on the thread for the engine's queries (behind every other
+        run's, under load). One write at a time; a write that comes after the run's end changes nothing
+        (it is for a running run only). A stop asked from another process is heard by the root's
+        heartbeat, which asks the database every CHECKPOINT_SECONDS."""
         self.checkpoint_due = time.perf_counter() + CHECKPOINT_SECONDS
-        partial = "".join(self.content_parts)
+        if self.saving is None or self.saving.done():
+            self.saving = asyncio.ensure_future(self._save_partial("".join(self.content_parts)))
 
-        def save() -> bool:
-            Run.objects.using(self.alias).filter(pk=self.run_pk).update(content=partial)
-            return Run.objects.using(self.alias).filter(pk=self.root.run_pk, cancel_requested=True).exists()
-
+    async def _save_partial(self, partial: str) -> None:
         try:
-            stop = await call_sync(save)
+            await call_sync(lambda: Run.objects.using(self.alias).filter(
+                pk=self.run_pk, status=RunStatus.RUNNING).update(content=partial))
         except DatabaseError as exc:  # the text is kept here and stored at the end; the next checkpoint tries again
             logger.warning("Run %s: a checkpoint could not be stored (%s: %s)", self.run_id, type(exc).__name__, exc)
-            return
-        if stop:
-            raise Cancelled()
 
     async def _heartbeat(self, session_pk: int) -> None:
         """Every second: hear about a stop asked from another process (even while waiting for the
