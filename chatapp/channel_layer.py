@@ -73,8 +73,12 @@ class _Shard(RedisSingleShardConnection):
             else:
                 outcome = None
             for *_, sent in batch:
-                if not sent.done():  # (done: its sender was cancelled while waiting)
-                    sent.set_exception(outcome) if outcome else sent.set_result(None)
+                if sent.done():  # its sender was cancelled while waiting
+                    continue
+                if outcome is None:
+                    sent.set_result(None)
+                else:
+                    sent.set_exception(outcome)
 
     async def flush(self) -> None:
         if self._sender is not None:
