@@ -874,9 +874,10 @@ class Follower:
         append = False
         settled = ""
         idle = current is None and not await running_elsewhere(self.session)
-        if idle:
+        if idle and _may_have_abandoned(self.session):
             # A run whose process stopped (a restart mid-reply) is interrupted now, and the page gets
-            # its final form below, with the runs it shows as running or has not seen.
+            # its final form below, with the runs it shows as running or has not seen. (Only a lease
+            # left taken can mean one: the row was read as the socket connected.)
             settled = await settle_abandoned(pk)
         if "last_run" in first or "running" in first:
             last_run = first["last_run"][:ID_MAX] if "last_run" in first else None
