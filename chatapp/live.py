@@ -873,7 +873,9 @@ class Follower:
         text, mark = (current.text, current.mark) if current else ("", (0, 0))
         append = False
         settled = ""
-        idle = current is None and not await running_elsewhere(self.session)
+        # Whether another process runs it, as the row read when the socket connected says (a run that
+        # starts elsewhere a moment later is caught up with by its first batch: a gap, then a sync).
+        idle = current is None and not self.session.is_running
         if idle and _may_have_abandoned(self.session):
             # A run whose process stopped (a restart mid-reply) is interrupted now, and the page gets
             # its final form below, with the runs it shows as running or has not seen. (Only a lease
