@@ -194,6 +194,10 @@ else:
                                   "CONFIG": {"capacity": CHAT_CHANNEL_CAPACITY}}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
+# Sign-in sessions are read from the cache (Redis with REDIS_URL), the database behind it: one query
+# fewer for every page and every socket; Django logs and carries on when the cache fails.
+SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+
 # The model. With no OpenAI settings the built-in offline demo model answers.
 OPENAI_API_KEY = _env(env.str, "OPENAI_API_KEY", "")
 OPENAI_BASE_URL = _env(env.str, "OPENAI_BASE_URL", "")
