@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import wraps
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.signals import user_login_failed
 from django.dispatch import receiver
@@ -29,6 +28,7 @@ from django_ratelimit.core import get_usage
 
 from sessions_core.models import Run, RunStatus
 
+from . import dbthreads
 from .models import QueuedMessage
 
 
@@ -173,5 +173,6 @@ async def refuse_message(user) -> str:
     """Why the socket refuses a message (a send or a retry) from `user` now, or "" when it is let through
     (and counted)."""
     if not settings.CHAT_RUNS_IN_FLIGHT and not settings.CHAT_MESSAGES_PER_MINUTE:
-        return ""  # both off: no trip to the database thread for nothing
-    return await sync_to_async(message_refusal)(user)
+        return ""  # both off: no trip to a database thread for nothing
+    # On the web's own database threads: on the way to a reply's first token, not behind every run's writes.
+    return await dbthreads.run(message_refusal, user)
