@@ -34,6 +34,8 @@ RUN_FIELDS = ("run_id", "session", "parent_run", "kind", "step_name", "follows",
 # A message's values in the JSON array a step passes (its session and run come from the step's row).
 _MESSAGE_VALUES = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
 _CHANGE_VALUES = ("session", "run", "version", "patch", "inverse", "source", "created_at")
+# A step's (or member's) end written with its root run's finish (RunStore.finish's `children`).
+_CHILD_END = ("id", "status", "content", "content_type", "error", "metrics", "finished_at")
 
 START, NEW_SESSION, FINISH = "sessions_core_start_step", "sessions_core_new_session_step", "sessions_core_finish_step"
 VIEWS = (START, NEW_SESSION, FINISH)
@@ -113,11 +115,17 @@ class SqliteSteps:
             f" END"
         )
         # finish: all of it only while the run holds the lease and the state is at its base version
-        # (RunStore.finish); the state only when it changed (state_text not NULL).
+        # (RunStore.finish); the state only when it changed (state_text not NULL); the ends of the
+        # run's steps or members whose end waited for it.
         finish_run = {name: _column(Run, name, quote) for name in (
             "status", "content", "content_type", "error", "metrics", "state_version", "finished_at")}
         finish_columns = ["session_pk", "token", "base_version", "now", "last_seq", "state_text", "state_version",
-                          "changes", "messages", "run_pk", "status", "content", "content_type", "error", "metrics"]
+                          "changes", "messages", "children", "run_pk", "status", "content", "content_type", "error",
+                          "metrics"]
+        # Its messages name their run (a step's or a member's, whose end is written with the finish).
+        finish_message_columns, finish_message_values = _unpack(("run", *_MESSAGE_VALUES), Message, quote)
+        child = [f"json_extract(j.value, '$[{number}]')" for number in range(len(_CHILD_END))]
+        child_set = ", ".join(f"{_column(Run, name, quote)} = {value}" for name, value in zip(_CHILD_END[1:], child[1:]))
         finish_view, self.finish = view(FINISH, finish_columns)
         finish_trigger = (
             f"CREATE TEMP TRIGGER IF NOT EXISTS {FINISH} INSTEAD OF INSERT ON {FINISH} BEGIN"
@@ -129,8 +137,10 @@ class SqliteSteps:
             f" {s['state_version']} = CASE WHEN NEW.state_text IS NULL THEN {s['state_version']}"
             f" ELSE NEW.state_version END WHERE {s['id']} = NEW.session_pk;"
             f" INSERT INTO {change} ({change_columns}) SELECT {change_values} FROM json_each(NEW.changes) AS j;"
-            f" INSERT INTO {message} ({message_columns}) SELECT NEW.session_pk, NEW.run_pk, {message_values}"
-            f" FROM json_each(NEW.messages) AS j;"
+            f" INSERT INTO {message} ({session_column}, {finish_message_columns}) SELECT NEW.session_pk,"
+            f" {finish_message_values} FROM json_each(NEW.messages) AS j;"
+            f" UPDATE {run} SET {child_set}, {finish_run['state_version']} = NULL FROM json_each(NEW.children) AS j"
+            f" WHERE {run}.{run_pk} = {child[0]};"
             f" UPDATE {run} SET {finish_run['status']} = NEW.status, {finish_run['content']} = NEW.content,"
             f" {finish_run['content_type']} = NEW.content_type, {finish_run['error']} = NEW.error,"
             f" {finish_run['metrics']} = NEW.metrics, {finish_run['state_version']} = NEW.state_version,"
