@@ -7,9 +7,7 @@ itself, which made the ORM most of the engine's own time per run (see bench/engi
 few statements are plain SQL, built once per database from the models' own table and column names
 and run on the connection Django holds for the thread. Everything else, including the rare paths of a
 run (a new session, a lost lease, a concurrent state edit), uses the ORM. tests/test_run_sql.py
-checks each statement against its ORM equivalent on SQLite and PostgreSQL. The writes of each step
-(the start's, the finish's) are one statement on both: data-modifying CTEs on PostgreSQL, an INSERT
-into a temporary view with an INSTEAD OF trigger on SQLite (sqlite_steps.py).
+checks each statement against its ORM equivalent on SQLite and PostgreSQL.
 
 Unless something watches Django's cursor (query logging: DEBUG, assertNumQueries,
 CaptureQueriesContext; or an execute wrapper), the statements go to the database driver's cursor
@@ -29,11 +27,9 @@ from contextlib import contextmanager
 from typing import NamedTuple
 
 from django.contrib.auth import get_user_model
-from django.db import DatabaseError, connections, transaction
+from django.db import connections, transaction
 
-from . import sqlite_steps
 from .models import ChatSession, Message, Role, Run, RunStatus, StateChange
-from .sqlite_steps import RUN_FIELDS, SqliteSteps
 
 
 class SessionRow(NamedTuple):
@@ -79,6 +75,9 @@ def _columns(model, connection, names: tuple[str, ...], prefix: str = "") -> lis
 _MESSAGE_FIELDS = ("session", "run", "seq", "role", "content", "tool_calls", "tool_call_id", "tool_name",
                    "tool_error", "created_at")
 _HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
+_RUN_FIELDS = ("run_id", "session", "parent_run", "kind", "step_name", "follows", "abandoned", "component_id", "status",
+               "input", "content", "content_type", "error", "model_id", "metrics", "history_seqs",
+               "cancel_requested", "created_at", "finished_at")
 _CHANGE_FIELDS = ("session", "run", "version", "patch", "inverse", "source", "created_at")
 
 
@@ -98,23 +97,14 @@ class RunSQL:
         m = {name: quote(Message._meta.get_field(name).column) for name in ("session", "run", "seq", "role")}
         lock = " FOR UPDATE OF s" if connection.features.has_select_for_update_of else ""
         # ChatSession.objects.select_for_update(of=("self",)).select_related("owner").filter(session_id=...)
-        columns = (
+        self.load_session = (
             f"SELECT s.{s['id']}, s.{s['owner']}, u.{quote(User._meta.get_field(User.USERNAME_FIELD).column)},"
             f" s.{s['session_state']}, s.{s['state_version']}, s.{s['summary']}, s.{s['last_seq']},"
             f" s.{s['lease_token']}, CASE WHEN s.{s['lease_expires_at']} > %s THEN 1 ELSE 0 END, s.{s['current_leaf']}"
+            f" FROM {_table(ChatSession, connection, 's')}"
+            f" LEFT OUTER JOIN {_table(User, connection, 'u')} ON u.{quote(User._meta.pk.column)} = s.{s['owner']}"
+            f" WHERE s.{s['session_id']} = %s{lock}"
         )
-        owner = f" LEFT OUTER JOIN {_table(User, connection, 'u')} ON u.{quote(User._meta.pk.column)} = s.{s['owner']}"
-        self.sqlite_steps = None
-        if connection.vendor == "sqlite":
-            # One row even when the session does not exist (its id NULL), with the next session and run
-            # ids, which the start's one statement inserts its rows with (sqlite_steps.py).
-            self.sqlite_steps = SqliteSteps(connection, RUN_FIELDS)
-            self.load_session = (f"{columns}, {self.sqlite_steps.next_ids} FROM (SELECT 1) AS one"
-                                 f" LEFT OUTER JOIN {_table(ChatSession, connection, 's')}"
-                                 f" ON s.{s['session_id']} = %s{owner}")
-        else:
-            self.load_session = (f"{columns} FROM {_table(ChatSession, connection, 's')}{owner}"
-                                 f" WHERE s.{s['session_id']} = %s{lock}")
         history_columns = ", ".join(_columns(Message, connection, _HISTORY_FIELDS, "m."))
         # Completed top-level runs of the branch the session is on.
         completed = (f"r.{r['status']} = '{RunStatus.COMPLETED.value}' AND r.{r['parent_run']} IS NULL"
@@ -151,8 +141,8 @@ class RunSQL:
         )
         returning = " RETURNING " + quote(Run._meta.pk.column)
         self.insert_run = (
-            f"INSERT INTO {run} ({', '.join(_columns(Run, connection, RUN_FIELDS))})"
-            f" VALUES ({', '.join(['%s'] * len(RUN_FIELDS))}){returning}"
+            f"INSERT INTO {run} ({', '.join(_columns(Run, connection, _RUN_FIELDS))})"
+            f" VALUES ({', '.join(['%s'] * len(_RUN_FIELDS))}){returning}"
         )
         message_columns = ", ".join(_columns(Message, connection, _MESSAGE_FIELDS))
         self.insert_message = f"INSERT INTO {message} ({message_columns}) VALUES "
@@ -197,8 +187,8 @@ class RunSQL:
         self.insert_new_session = (f"INSERT INTO {session} ({session_columns}) VALUES ({session_values},"
                                    f" ({next_run_pk})){conflict}")
         self.insert_run_with_pk = (
-            f"INSERT INTO {run} ({run_pk_column}, {', '.join(_columns(Run, connection, RUN_FIELDS))})"
-            f" VALUES (%s, {', '.join(['%s'] * len(RUN_FIELDS))})"
+            f"INSERT INTO {run} ({run_pk_column}, {', '.join(_columns(Run, connection, _RUN_FIELDS))})"
+            f" VALUES (%s, {', '.join(['%s'] * len(_RUN_FIELDS))})"
         )
         if connection.vendor == "postgresql":
             self._together = {}
@@ -206,7 +196,7 @@ class RunSQL:
             self._new_session_returns = (s["id"], s["current_leaf"])
             self._new_session = (f"INSERT INTO {session} ({session_columns}) VALUES ({session_values},"
                                  f" (SELECT pk FROM ids)){conflict}")
-            self._new_run_names = [name for name in RUN_FIELDS if name != "session"]
+            self._new_run_names = [name for name in _RUN_FIELDS if name != "session"]
             self._new_run_row = _typed_row(Run, connection, tuple(self._new_run_names))
             self._new_run_columns = ", ".join([run_pk_column, *_columns(Run, connection, ("session",)),
                                                *_columns(Run, connection, tuple(self._new_run_names))])
@@ -220,6 +210,7 @@ class RunSQL:
             self._change_row = _typed_row(StateChange, connection, _CHANGE_FIELDS)
             self._message_row = _typed_row(Message, connection, _MESSAGE_FIELDS)
             self._change_columns, self._message_columns = change_columns, message_columns
+            # A child's end (`finish_run`'s values by id): its state version stays NULL, the root's has it.
             self._child_names = ["id", *(name for name in run_columns if name != "state_version")]
             self._child_row = _typed_row(Run, connection, tuple(self._child_names))
             self._run_pk = quote(Run._meta.pk.column)
@@ -277,7 +268,9 @@ class RunSQL:
         messages. Its lease release, as `release_lease` does, goes through only while the run holds the
         lease and the state is at its base version; the rows and the run's outcome are written only
         when it went through (data-modifying CTEs see the release's RETURNING). It returns the number
-        of sessions released: 1, or 0 when nothing at all was written. One round trip instead of six."""
+        of sessions released: 1, or 0 when nothing at all was written. One round trip instead of six.
+        With `children`, it also stores the outcomes of that many steps or members (by id, as
+        `finish_run` does) whose end waited for this finish."""
         key = (changes, messages, with_state, children)
         statement = self._together.get(key)
         if statement is None:
@@ -291,7 +284,7 @@ class RunSQL:
                 if count:
                     parts.append(f", new_{name} AS (INSERT INTO {table} ({columns})"
                                  f" SELECT * FROM (VALUES {', '.join([row] * count)}) AS v WHERE {released})")
-            if children:  # the ends of steps or members that waited for this finish (`finish_run`'s, by id)
+            if children:
                 parts.append(f", children AS ({self._finish_children} FROM (VALUES {', '.join([self._child_row] * children)})"
                              f" AS v({', '.join(self._child_names)}) WHERE r.{self._run_pk} = v.id AND {released})")
             parts.append(f", finished AS ({self.finish_run} AND {released})")
@@ -313,8 +306,6 @@ def _statements_for(connection, qmark: bool) -> RunSQL:
             for name, value in vars(sql).items():
                 if isinstance(value, str):
                     setattr(sql, name, value.replace("%s", "?"))
-            if sql.sqlite_steps is not None:
-                sql.sqlite_steps = SqliteSteps(connection, RUN_FIELDS, placeholder="?")
         _statements[key] = sql
     return sql
 
@@ -331,7 +322,6 @@ class RunStore:
         self.cursor = None
         self._django_cursor = None
         self._direct = False
-        self._next_ids: tuple[int, int] | None = None  # SQLite: (session, run) ids drawn by load_session
         ops = self.connection.ops
         self._adapt_datetime = ops.adapt_datetimefield_value
         self._adapted: tuple = (None, None)  # a step stamps every row with one `now`: adapt it once
@@ -402,12 +392,7 @@ class RunStore:
     def load_session(self, session_id: str, now: datetime.datetime) -> SessionRow | None:
         """The session row, locked for this transaction, with its owner's username."""
         row = self.execute(self.sql.load_session, (self._datetime(now), session_id)).fetchone()
-        if self.sql.sqlite_steps is not None:
-            *row, next_session, next_run = row
-            self._next_ids = (next_session, next_run)
-            if row[0] is None:
-                return None
-        elif row is None:
+        if row is None:
             return None
         pk, owner_id, owner_name, state, version, summary, last_seq, token, live, leaf = row
         return SessionRow(pk, owner_id, owner_name, state or "{}", version, _load(summary), last_seq, token,
@@ -518,15 +503,8 @@ class RunStore:
         """The usual start's writes: insert the run (`run`: the arguments of `insert_run`), its first
         messages (rows as for `insert_messages`, whose run is filled in) and take the lease (`lease`:
         the arguments of `take_lease`). Returns the run's id. One statement on PostgreSQL
-        (`RunSQL.start_together`), and on SQLite when `load_session` drew the run's id in this
-        transaction (sqlite_steps.py); otherwise the statements one by one. Call it inside `atomic()`."""
-        steps, drawn = self.sql.sqlite_steps, self._take_drawn()
-        if steps is not None and drawn is not None:
-            token, expires_at, now, last_seq = lease[1:]
-            self._through_view(steps.start, (drawn[1], *self._run_params(**run), self._message_array(messages),
-                                             token, self._datetime(expires_at), self._datetime(now), last_seq))
-            return drawn[1]
-        if steps is None and messages:
+        (`RunSQL.start_together`); elsewhere the statements one by one. Call it inside `atomic()`."""
+        if self.writes_in_one_statement and messages:
             params = [*self._run_params(**run), *self._message_params(messages, without_run=True),
                       *self._lease_params(*lease, together=True)]
             return self.execute(self.sql.start_together(len(messages)), params).fetchone()[0]
@@ -541,19 +519,11 @@ class RunStore:
         arguments of `insert_run` but the session) and its first messages (rows as for `insert_messages`,
         whose session and run are filled in). Returns (session id, run id), or None, having written
         nothing, when a session of that id exists already. One statement on PostgreSQL
-        (`RunSQL.start_new_session`), and on SQLite when `load_session` drew the ids in this transaction
-        (sqlite_steps.py); otherwise the statements one by one. Call it inside `atomic()`."""
+        (`RunSQL.start_new_session`); elsewhere the statements one by one. Call it inside `atomic()`."""
         connection = self.connection
         values = [field.get_db_prep_save(getattr(session, field.attname), connection)
                   for field in self.sql._session_fields]
-        steps, drawn = self.sql.sqlite_steps, self._take_drawn()
-        if steps is not None and drawn is not None:
-            run_params = self._run_params(session_pk=None, **run)
-            if not self._through_view(steps.new_session, (drawn[0], *values, drawn[1], run_params[0], *run_params[2:],
-                                                          self._message_array(messages))):
-                return None
-            return drawn
-        if steps is None and messages:
+        if self.writes_in_one_statement and messages:
             run_params = self._run_params(session_pk=None, **run)  # the session's id is the new one's
             params = [*values, run_params[0], *run_params[2:],
                       *self._message_params(messages, without_session_and_run=True)]
@@ -569,37 +539,9 @@ class RunStore:
 
     @property
     def writes_in_one_statement(self) -> bool:
-        """Whether `finish` writes in one statement (PostgreSQL: data-modifying CTEs, one round trip;
-        SQLite: a temporary view's trigger, sqlite_steps.py); `start_run` and `start_new_session` do
-        too, on SQLite after `load_session` in the same transaction (it draws their ids)."""
-        return self.connection.vendor in ("postgresql", "sqlite")
-
-    def _take_drawn(self) -> tuple[int, int] | None:
-        """The ids `load_session` drew (SQLite), once: a second start in the transaction draws again."""
-        drawn, self._next_ids = self._next_ids, None
-        return drawn
-
-    def _message_array(self, rows: list[tuple], with_run: bool = False) -> str:
-        """Message rows (as for `insert_messages`) as the JSON array a SQLite step's trigger unpacks
-        (each naming its run `with_run`; else they are the step's run's)."""
-        adapt_json, adapt_time = self._json, self._datetime
-        return _array([(*((run,) if with_run else ()), seq, str(role), content, adapt_json(tool_calls), tool_call_id,
-                        tool_name, bool(tool_error), adapt_time(now))
-                       for _s, run, seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, now in rows])
-
-    def _through_view(self, statement: str, params: tuple) -> bool:
-        """SQLite: one step's INSERT into its view; whether its trigger wrote anything. The connection's
-        views are made when the statement finds them missing (sqlite_steps.py)."""
-        raw = self.connection.connection
-        before = raw.total_changes
-        try:
-            self.execute(statement, params)
-        except DatabaseError as exc:
-            if not sqlite_steps.missing(exc):
-                raise
-            sqlite_steps.create(self.connection)
-            self.execute(statement, params)
-        return raw.total_changes > before
+        """Whether `start_run` and `finish` each write in one statement (PostgreSQL: data-modifying
+        CTEs, one round trip each). SQLite runs in process, where a round trip costs nothing."""
+        return self.connection.vendor == "postgresql"
 
     def finish(self, *, session_pk: int, token: str, base_version: int, last_seq: int, state_text: str | None,
                state_version: int, changes: list[tuple], messages: list[tuple], run_pk: int, status: str,
@@ -611,19 +553,8 @@ class RunStore:
         the lease and the state is still at `base_version`. False, having written nothing, when either
         has changed (the caller merges then).
 
-        One statement, atomic by itself: on PostgreSQL `RunSQL.finish_together` (a single round trip),
-        on SQLite an INSERT into a view whose trigger writes it all (sqlite_steps.py)."""
-        steps = self.sql.sqlite_steps
-        if steps is not None:
-            adapt_json, adapt_time = self._json, self._datetime
-            return self._through_view(steps.finish, (
-                session_pk, token, base_version, adapt_time(now), last_seq, state_text, state_version,
-                _array([(s, r, version, adapt_json(patch), adapt_json(inverse), source, adapt_time(at))
-                        for s, r, version, patch, inverse, source, at in changes]),
-                self._message_array(messages, with_run=True),
-                _array([(pk, str(end["status"]), end["content"], end["content_type"], end["error"],
-                         adapt_json(end["metrics"]), adapt_time(at)) for pk, at, end in children]),
-                run_pk, str(status), content, content_type, error, adapt_json(metrics)))
+        One statement on PostgreSQL (`RunSQL.finish_together`), so a single round trip, atomic by itself.
+        Elsewhere the statements one by one: call it inside `atomic()`."""
         if self.writes_in_one_statement:
             statement = self.sql.finish_together(len(changes), len(messages), state_text is not None, len(children))
             params = [*self._release_params(session_pk, token, base_version, now, last_seq, state_text, state_version),
@@ -642,10 +573,6 @@ class RunStore:
         self.finish_run(run_pk, status=status, content=content, content_type=content_type, error=error,
                         metrics=metrics, state_version=state_version, now=now)
         return True
-
-
-def _array(rows) -> str:
-    return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
 
 
 def _load(value):

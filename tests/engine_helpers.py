@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.db import DataError
 from django.utils import timezone
 
-from sessions_core import Agent, RunEvent, sqlite_steps
+from sessions_core import Agent, RunEvent
 from sessions_core.models import ChatSession, Message, Run, RunStatus, StateChange
 from tests.llm_server import Text, ToolCalls
 
@@ -170,15 +170,14 @@ def refused_calls(component, session_id: str, user_id: str) -> list:
 
 
 class RefuseFinishOnce:
-    """A database execute wrapper that refuses the first run finish it sees (its release of the lease,
-    or on SQLite the finish's one statement), as a database refusing a value would; `refused` holds
-    the statement."""
+    """A database execute wrapper that refuses the first run finish it sees (its release of the lease),
+    as a database refusing a value would; `refused` holds the statement."""
 
     def __init__(self):
         self.refused: list[str] = []
 
     def __call__(self, execute, sql, params, many, context):
-        if not self.refused and ('"lease_expires_at" = NULL' in sql or sqlite_steps.FINISH in sql):
+        if not self.refused and '"lease_expires_at" = NULL' in sql:
             self.refused.append(sql)
             raise DataError("value too long (simulated)")
         return execute(sql, params, many, context)

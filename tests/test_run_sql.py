@@ -9,14 +9,10 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.core.management import call_command
 from django.db import IntegrityError, connection, connections
-from django.db.models.signals import pre_migrate
 from django.test import TestCase, TransactionTestCase
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from sessions_core import sqlite_steps
 from sessions_core.models import ChatSession, Message, Role, Run, RunStatus, StateChange
 from sessions_core.run_sql import RunStore
 from tests.engine_helpers import EngineTestMixin
@@ -187,18 +183,9 @@ class TestWrites(TestCase):
             "completed", "Added.", {"model_calls": 2}, 3, now)
 
     def test_start_run_inserts_the_run_and_its_first_messages_and_takes_the_lease(self):
-        self.check_start_run(load_first=True)
-
-    def test_start_run_without_the_session_loaded_first_writes_the_same(self):
-        # SQLite draws the run's id as it loads the session; without it the writes go one by one.
-        self.check_start_run(load_first=False)
-
-    def check_start_run(self, load_first: bool):
         store, now, session = self.store, self.now, self.session
         expires = now + timedelta(seconds=30)
-        with store.atomic():
-            if load_first:
-                assert store.load_session(session.session_id, now).pk == session.pk
+        with store.atomic(one_statement=store.writes_in_one_statement):
             run_pk = store.start_run(
                 run={"run_id": "r-1", "session_pk": session.pk, "component_id": "shop", "input": "add milk",
                      "model_id": "m", "history_seqs": [1], "now": now},
@@ -227,8 +214,7 @@ class TestWrites(TestCase):
                "now": now, "kind": "workflow"}
         messages = [(0, None, 1, Role.SYSTEM, "Be brief.", None, "", "", False, now),
                     (0, None, 2, Role.USER, "add milk", None, "", "", False, now)]
-        with store.atomic():
-            assert store.load_session("fresh", now) is None  # on SQLite, it draws the new rows' ids
+        with store.atomic(one_statement=store.writes_in_one_statement):
             session_pk, run_pk = store.start_new_session(session=built, run=run, messages=messages)
 
         session = ChatSession.objects.get(session_id="fresh")
@@ -254,8 +240,7 @@ class TestWrites(TestCase):
                                           lease_expires_at=now + timedelta(seconds=30), last_seq=1)
         run = {"run_id": "r-1", "component_id": "shop", "input": "hi", "model_id": "m", "history_seqs": None,
                "now": now}
-        with store.atomic():
-            assert store.load_session("w", now).pk == self.session.pk
+        with store.atomic(one_statement=store.writes_in_one_statement):
             assert store.start_new_session(session=built, run=run, messages=[
                 (0, None, 1, Role.USER, "hi", None, "", "", False, now)]) is None
         self.session.refresh_from_db()
@@ -362,6 +347,19 @@ class TestFinish(TestCase):
         assert list(Message.objects.order_by("seq").values_list("run_id", "seq", "content")) == [
             (step, 2, "helped"), (self.run_pk, 3, "Added.")]
 
+    def test_a_lost_lease_writes_nothing_of_the_steps_either(self):
+        pk, now = self.session.pk, self.now
+        step = self.store.insert_run(run_id="r-step", session_pk=pk, component_id="helper", input="sub", model_id="m",
+                                     history_seqs=None, now=now, parent_pk=self.run_pk, step_name="help")
+        step_end = (step, now, {"status": RunStatus.COMPLETED, "content": "helped", "content_type": "str",
+                                "error": "", "metrics": {}})
+
+        assert self.finish(token="other", children=[step_end],
+                           messages=[(pk, step, 2, Role.ASSISTANT, "helped", None, "", "", False, now)]) is False
+
+        assert Run.objects.values_list("status", "finished_at").get(pk=step) == ("running", None)
+        assert Message.objects.count() == 0
+
     def test_a_lost_lease_or_a_moved_state_writes_nothing(self):
         for overrides in ({"token": "other"}, {"base_version": 1}):
             with self.subTest(**overrides):
@@ -419,73 +417,13 @@ class TestStepsOutsideAtomicBlocks(EngineTestMixin, TransactionTestCase):
             agent.run("second", session_id="s")
 
         # Load the session; insert the run and its first messages and take the lease; then the finish:
-        # release the lease, insert the last messages, store the outcome. The writes of each step are
-        # one statement: data-modifying CTEs on PostgreSQL, an INSERT into a view with a trigger on SQLite.
-        expected = ["SELECT", "WITH", "WITH"] if connection.vendor == "postgresql" else ["SELECT", "INSERT", "INSERT"]
+        # release the lease, insert the last messages, store the outcome. On PostgreSQL the writes of
+        # each step are one statement.
+        if connection.vendor == "postgresql":
+            expected = ["SELECT", "WITH", "WITH"]
+        else:
+            expected = ["SELECT", "INSERT", "INSERT", "UPDATE", "UPDATE", "INSERT", "UPDATE"]
         assert [kind for kind in seen if kind not in ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE")] == expected
-
-
-    def test_a_run_on_a_new_session_is_five_statements(self):
-        # BEGIN, the lookup that finds nothing, the session with its run and first messages, COMMIT,
-        # then the finish: one statement (data-modifying CTEs on PostgreSQL, a view's trigger on SQLite).
-        self.llm.add(Text("new"))
-        with CaptureQueriesContext(connection) as captured:
-            output = self.agent().run("hi", session_id="new")
-
-        assert output.status == "completed"
-        kinds = [query["sql"].split()[0].upper() for query in captured.captured_queries]
-        write = "WITH" if connection.vendor == "postgresql" else "INSERT"
-        assert kinds == ["BEGIN", "SELECT", write, "COMMIT", write]
-        assert list(Message.objects.filter(run__run_id=output.run_id).values_list("role", flat=True)) == [
-            "user", "assistant"]
-
-
-class TestSqliteStepViews(EngineTestMixin, TransactionTestCase):
-    """SQLite's one-statement steps go through a connection's temporary views (sessions_core/sqlite_steps.py),
-    which a migration on that connection drops and makes again."""
-
-    def temp_views(self) -> set[str]:
-        if connection.vendor != "sqlite":
-            return set(sqlite_steps.VIEWS)  # PostgreSQL's steps need none
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT name FROM sqlite_temp_master WHERE type = 'view'")
-            return {name for (name,) in cursor.fetchall()}
-
-    def test_a_migration_between_two_runs_on_one_connection(self):
-        agent = self.agent()
-        self.llm.add(Text("before"))
-        assert agent.run("first", session_id="m").status == "completed"
-        assert self.temp_views() == set(sqlite_steps.VIEWS)
-
-        during = []
-
-        def migrating(sender, **kwargs):  # connected after the engine's own receiver: runs after it
-            during.append(self.temp_views())
-
-        pre_migrate.connect(migrating)
-        try:
-            call_command("migrate", verbosity=0)  # its schema editor may rebuild tables the triggers name
-        finally:
-            pre_migrate.disconnect(migrating)
-
-        assert during and all(views == (set() if connection.vendor == "sqlite" else set(sqlite_steps.VIEWS))
-                                         for views in during)
-        assert self.temp_views() == set(sqlite_steps.VIEWS)
-        self.llm.add(Text("after"))
-        assert agent.run("second", session_id="m").status == "completed"
-        assert list(Run.objects.order_by("pk").values_list("content", flat=True)) == ["before", "after"]
-
-    def test_views_gone_from_a_connection_are_made_again_by_the_next_step(self):
-        connection.ensure_connection()
-        if connection.vendor == "sqlite":
-            sqlite_steps.drop(connection)
-            assert self.temp_views() == set()
-        self.llm.add(Text("made again"))
-        output = self.agent().run("hi", session_id="g")
-
-        assert output.status == "completed"
-        assert Run.objects.values_list("status", "content").get() == ("completed", "made again")
-        assert self.temp_views() == set(sqlite_steps.VIEWS)
 
 
 def run_in_thread(fn):
