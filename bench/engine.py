@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -72,7 +73,8 @@ def main() -> None:
     parser.add_argument("--paths", default="sync,async", help="API paths to measure: sync (agent.run), "
                         "async (await agent.arun)")
     parser.add_argument("--skip-sqlite", action="store_true")
-    parser.add_argument("--profile", type=int, metavar="LENGTH", help="cProfile the runs at this length (SQLite)")
+    parser.add_argument("--profile", type=int, metavar="LENGTH", help="cProfile the runs at this length (SQLite); "
+                        "0: each run on a new session")
     parser.add_argument("--agno", metavar="PYTHON", help="instead: side by side with Agno on SQLite, with the "
                         "Python of a separate venv that has agno installed (bench/agno_engine.py runs there)")
     parser.add_argument("--compare-runs", type=int, default=100, help="with --agno: timed rounds")
@@ -358,10 +360,16 @@ def profile(length: int, runs: int, warmup: int, grows: bool) -> None:
     server = start_server()
     agent = make_agent(OpenAIChat(id="bench-model", base_url=server.base_url, api_key="bench", max_retries=0))
     session_id = f"bench-profile-{length}"
-    prefill(agent, session_id, length, grows)
+    if length:
+        prefill(agent, session_id, length, grows)
+    fresh = itertools.count()
     try:
-        _support.profile_runs(lambda: agent.run(PROMPT, session_id=session_id), runs, warmup,
-                              f"at {length:,} earlier runs")
+        if length:
+            _support.profile_runs(lambda: agent.run(PROMPT, session_id=session_id), runs, warmup,
+                                  f"at {length:,} earlier runs")
+        else:  # a new session every run
+            _support.profile_runs(lambda: agent.run(PROMPT, session_id=f"{session_id}-{next(fresh)}"), runs, warmup,
+                                  "on new sessions")
     finally:
         server.stop()
         connections.close_all()

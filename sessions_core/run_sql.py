@@ -210,6 +210,13 @@ class RunSQL:
             self._change_row = _typed_row(StateChange, connection, _CHANGE_FIELDS)
             self._message_row = _typed_row(Message, connection, _MESSAGE_FIELDS)
             self._change_columns, self._message_columns = change_columns, message_columns
+            # A child's end (`finish_run`'s values by id): its state version stays NULL, the root's has it.
+            self._child_names = ["id", *(name for name in run_columns if name != "state_version")]
+            self._child_row = _typed_row(Run, connection, tuple(self._child_names))
+            self._run_pk = quote(Run._meta.pk.column)
+            self._finish_children = (
+                f"UPDATE {run} r SET {', '.join(f'{column} = v.{name}' for name, column in run_columns.items() if name != 'state_version')}"
+                f", {run_columns['state_version']} = NULL")
             self._tables = (_table(StateChange, connection), message, run)
             # A run's first messages take the new run's id, so their VALUES leave the run column out.
             self._first_names = [name for name in _MESSAGE_FIELDS if name != "run"]
@@ -256,13 +263,15 @@ class RunSQL:
             )
         return statement
 
-    def finish_together(self, changes: int, messages: int, with_state: bool) -> str:
+    def finish_together(self, changes: int, messages: int, with_state: bool, children: int = 0) -> str:
         """PostgreSQL: the usual finish as one statement, for `changes` state changes and `messages`
         messages. Its lease release, as `release_lease` does, goes through only while the run holds the
         lease and the state is at its base version; the rows and the run's outcome are written only
         when it went through (data-modifying CTEs see the release's RETURNING). It returns the number
-        of sessions released: 1, or 0 when nothing at all was written. One round trip instead of six."""
-        key = (changes, messages, with_state)
+        of sessions released: 1, or 0 when nothing at all was written. One round trip instead of six.
+        With `children`, it also stores the outcomes of that many steps or members (by id, as
+        `finish_run` does) whose end waited for this finish."""
+        key = (changes, messages, with_state, children)
         statement = self._together.get(key)
         if statement is None:
             released = "EXISTS (SELECT 1 FROM released)"
@@ -275,6 +284,9 @@ class RunSQL:
                 if count:
                     parts.append(f", new_{name} AS (INSERT INTO {table} ({columns})"
                                  f" SELECT * FROM (VALUES {', '.join([row] * count)}) AS v WHERE {released})")
+            if children:
+                parts.append(f", children AS ({self._finish_children} FROM (VALUES {', '.join([self._child_row] * children)})"
+                             f" AS v({', '.join(self._child_names)}) WHERE r.{self._run_pk} = v.id AND {released})")
             parts.append(f", finished AS ({self.finish_run} AND {released})")
             parts.append(" SELECT count(*) FROM released")
             statement = self._together[key] = "".join(parts)
@@ -533,24 +545,31 @@ class RunStore:
 
     def finish(self, *, session_pk: int, token: str, base_version: int, last_seq: int, state_text: str | None,
                state_version: int, changes: list[tuple], messages: list[tuple], run_pk: int, status: str,
-               content: str, content_type: str, error: str, metrics: dict, now) -> bool:
+               content: str, content_type: str, error: str, metrics: dict, now, children: list[tuple] = ()) -> bool:
         """The usual finish: release the lease (storing the new state), insert the state changes and the
-        messages (rows as for `insert_changes` and `insert_messages`) and store the run's outcome, all
-        only if the run still holds the lease and the state is still at `base_version`. False, having
-        written nothing, when either has changed (the caller merges then).
+        messages (rows as for `insert_changes` and `insert_messages`), store the ends of `children`
+        (steps or members whose end waited for this: (run pk, when, outcome as `finish_run` takes it),
+        their messages among `messages`) and store the run's outcome, all only if the run still holds
+        the lease and the state is still at `base_version`. False, having written nothing, when either
+        has changed (the caller merges then).
 
         One statement on PostgreSQL (`RunSQL.finish_together`), so a single round trip, atomic by itself.
         Elsewhere the statements one by one: call it inside `atomic()`."""
         if self.writes_in_one_statement:
-            statement = self.sql.finish_together(len(changes), len(messages), state_text is not None)
+            statement = self.sql.finish_together(len(changes), len(messages), state_text is not None, len(children))
             params = [*self._release_params(session_pk, token, base_version, now, last_seq, state_text, state_version),
-                      *self._change_params(changes), *self._message_params(messages),
-                      *self._finish_params(run_pk, status, content, content_type, error, metrics, state_version, now)]
+                      *self._change_params(changes), *self._message_params(messages)]
+            for pk, at, end in children:  # (id, status, content, content_type, error, metrics, finished_at)
+                values = self._finish_params(pk, state_version=None, now=at, **end)
+                params += (pk, *values[:5], values[6])
+            params += self._finish_params(run_pk, status, content, content_type, error, metrics, state_version, now)
             return self.execute(statement, params).fetchone()[0] == 1
         if not self.release_lease(session_pk, token, base_version, now, last_seq, state_text, state_version):
             return False
         self.insert_changes(changes)
         self.insert_messages(messages)
+        for pk, at, end in children:
+            self.finish_run(pk, state_version=None, now=at, **end)
         self.finish_run(run_pk, status=status, content=content, content_type=content_type, error=error,
                         metrics=metrics, state_version=state_version, now=now)
         return True

@@ -889,16 +889,21 @@ class RunLoop:
             # The usual case, written at once: this run still holds the lease (so it knows last_seq) and
             # nobody changed the state meanwhile (so its changes apply as they are).
             version = self.start.base_version + len(changes)
-            with store.atomic(one_statement=store.writes_in_one_statement and not self.pending):
-                self._flush_pending(store)
+            # The ends of steps that waited for this write go with it; they stay queued until it went
+            # through (a finish tried again, or merged below, writes them then).
+            pending = list(self.pending)
+            with store.atomic(one_statement=store.writes_in_one_statement):
                 message_rows, last_seq = self._message_rows(self.start.session_pk, self.start.run_pk, messages,
                                                             self.last_seq, now)
                 if store.finish(
                     session_pk=self.start.session_pk, token=self.lease_token, base_version=self.start.base_version,
                     last_seq=last_seq, state_text=tracker.state_text if changes else None, state_version=version,
-                    changes=self._change_rows(changes, self.start.base_version, now), messages=message_rows,
+                    changes=self._change_rows(changes, self.start.base_version, now),
+                    messages=[row for rows, *_ in pending for row in rows] + message_rows,
+                    children=[(run_pk, at, outcome) for _rows, run_pk, at, outcome in pending],
                     run_pk=self.start.run_pk, now=now, **self._outcome(status, error),
                 ):
+                    self.pending.clear()
                     if changes and tracker.snapshot is not None:
                         return tracker.snapshot, version  # the run is over: the caller may have it
                     return json.loads(tracker.state_text if changes else self.start.base_text), version

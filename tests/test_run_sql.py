@@ -329,6 +329,37 @@ class TestFinish(TestCase):
         assert (StateChange.objects.count(), Message.objects.count()) == (0, 0)
         assert Run.objects.values_list("status", "error").get() == ("error", "boom")
 
+    def test_the_ends_of_steps_that_waited_for_it_are_written_with_it(self):
+        pk, now = self.session.pk, self.now
+        step = self.store.insert_run(run_id="r-step", session_pk=pk, component_id="helper", input="sub", model_id="m",
+                                     history_seqs=None, now=now, parent_pk=self.run_pk, step_name="help")
+        ended = now + timedelta(milliseconds=5)
+        step_end = (step, ended, {"status": RunStatus.COMPLETED, "content": "helped", "content_type": "str",
+                                  "error": "", "metrics": {"model_calls": 1}})
+        step_message = (pk, step, 2, Role.ASSISTANT, "helped", None, "", "", False, ended)
+        root_message = (pk, self.run_pk, 3, Role.ASSISTANT, "Added.", None, "", "", False, now)
+
+        assert self.finish(children=[step_end], messages=[step_message, root_message]) is True
+
+        assert Run.objects.values_list("status", "content", "metrics", "state_version", "finished_at").get(pk=step) == (
+            "completed", "helped", {"model_calls": 1}, None, ended)
+        assert Run.objects.values_list("status", "state_version").get(pk=self.run_pk) == ("completed", 3)
+        assert list(Message.objects.order_by("seq").values_list("run_id", "seq", "content")) == [
+            (step, 2, "helped"), (self.run_pk, 3, "Added.")]
+
+    def test_a_lost_lease_writes_nothing_of_the_steps_either(self):
+        pk, now = self.session.pk, self.now
+        step = self.store.insert_run(run_id="r-step", session_pk=pk, component_id="helper", input="sub", model_id="m",
+                                     history_seqs=None, now=now, parent_pk=self.run_pk, step_name="help")
+        step_end = (step, now, {"status": RunStatus.COMPLETED, "content": "helped", "content_type": "str",
+                                "error": "", "metrics": {}})
+
+        assert self.finish(token="other", children=[step_end],
+                           messages=[(pk, step, 2, Role.ASSISTANT, "helped", None, "", "", False, now)]) is False
+
+        assert Run.objects.values_list("status", "finished_at").get(pk=step) == ("running", None)
+        assert Message.objects.count() == 0
+
     def test_a_lost_lease_or_a_moved_state_writes_nothing(self):
         for overrides in ({"token": "other"}, {"base_version": 1}):
             with self.subTest(**overrides):
