@@ -2,6 +2,7 @@
 imports another that imports it back (imports inside functions count)."""
 
 import ast
+import functools
 import gc
 import pathlib
 import subprocess
@@ -16,16 +17,7 @@ RUN_LOOP = ("sessions_core.runtime", "sessions_core.prompt", "sessions_core.run_
 
 
 def parse(path: pathlib.Path) -> ast.Module:
-    """The module's tree, built with the garbage collector paused: CPython 3.11 fails the parse with
-    "SystemError: AST constructor recursion depth mismatch" when a collection in the middle of it runs
-    finalizers (seen after the socket tests, whose event loops leave tasks behind for the collector)."""
-    source = path.read_text(encoding="utf-8")
-    gc.collect()
-    gc.disable()
-    try:
-        return ast.parse(source)
-    finally:
-        gc.enable()
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def imports_of(path: pathlib.Path, module: str) -> set[str]:
@@ -44,13 +36,25 @@ def imports_of(path: pathlib.Path, module: str) -> set[str]:
     return found
 
 
-def engine_graph() -> dict[str, set[str]]:
+@functools.cache
+def engine_graph() -> dict[str, frozenset[str]]:
+    """Each engine module's imports of the engine and of the web layer. Built once, with the garbage
+    collector paused: CPython 3.11 fails a parse with "SystemError: AST constructor recursion depth
+    mismatch" when a collection in the middle of it runs finalizers (seen after the socket tests, whose
+    event loops leave tasks behind for the collector); one collection first, not one per file (each
+    walks the whole heap of a long test session: that made these tests 13 s each)."""
     modules = {path: ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
                for path in ENGINE.rglob("*.py") if "migrations" not in path.parts}
     names = set(modules.values())
-    return {module: {name for name in imports_of(path, module) if name in names and name not in (module, "sessions_core")}
-            | {name for name in imports_of(path, module) if name.split(".")[0] in WEB_ONLY}
-            for path, module in modules.items()}
+    gc.collect()
+    gc.disable()
+    try:
+        imported = {module: imports_of(path, module) for path, module in modules.items()}
+    finally:
+        gc.enable()
+    return {module: frozenset({name for name in found if name in names and name not in (module, "sessions_core")}
+                              | {name for name in found if name.split(".")[0] in WEB_ONLY})
+            for module, found in imported.items()}
 
 
 def test_the_engine_never_imports_the_web_layer():
