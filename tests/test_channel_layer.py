@@ -127,7 +127,7 @@ class _OwnRedis:
         deadline = time.monotonic() + 10
         while self._answers():
             assert time.monotonic() < deadline, "redis-server did not stop"
-            time.sleep(0.02)
+            time.sleep(0.02)  # polling a port: there is no event to wait on
 
     def _answers(self) -> bool:
         try:
