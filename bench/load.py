@@ -158,7 +158,7 @@ class Server:
     """scripts/serve of a checkout (its own code, this machine's services) on a free port."""
 
     def __init__(self, tree: Path, workers: int, pg_url: str, redis_url: str, model_url: str, batch: float | None,
-                 count_file: str = "", extra_env: dict | None = None, layer_capacity: int = 0):
+                 count_file: str = "", extra_env: dict | None = None, layer_capacity: int = 0, cprofile: str = ""):
         self.port = free_port()
         env = {key: value for key, value in os.environ.items()
                if not key.startswith(("OPENAI_", "CHAT_", "DJANGO_")) and key not in ("DEBUG", "REDIS_URL")}
@@ -171,6 +171,11 @@ class Server:
         if batch is not None:
             env["CHAT_STREAM_BATCH_SECONDS"] = str(batch)
         env.update(extra_env or {})
+        if cprofile:  # bench/thread_profile/sitecustomize.py: a pstats file per thread of every server process
+            Path(cprofile).mkdir(parents=True, exist_ok=True)
+            env["BENCH_CPROFILE"] = str(Path(cprofile).resolve())
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "bench" / "thread_profile"),
+                                                              env.get("PYTHONPATH", "")]))
         if layer_capacity:  # bench/layer_capacity/sitecustomize.py raises channels-redis's capacity in every server process
             env["BENCH_LAYER_CAPACITY"] = str(layer_capacity)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "bench" / "layer_capacity"),
@@ -491,6 +496,8 @@ def main() -> None:
     parser.add_argument("--fake-model", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--clients", default="", help="comma-separated N (default 1,10,50,200; --soak: 200)")
     parser.add_argument("--workers", default="1", help="comma-separated worker counts (WEB_CONCURRENCY)")
+    parser.add_argument("--cprofile", default="", metavar="DIR",
+                        help="a cProfile file per thread of each served process, in DIR/<code>-x<workers>-<N>/")
     parser.add_argument("--page", action="store_true",
                         help="each client loads its chat's page before its socket (in the CPU figures)")
     parser.add_argument("--tokens", type=int, default=TOKENS, help="words in each streamed reply (default 200)")
@@ -531,7 +538,8 @@ def main() -> None:
                         for label, tree in trees:  # interleaved: each N on every checkout in turn
                             count_file = tempfile.mktemp(prefix="bench-counts-") if args.count else ""
                             server = Server(tree, count, pg_url, redis_url, model_url, args.batch, count_file,
-                                            dict(item.split("=", 1) for item in args.env), args.layer_capacity)
+                                            dict(item.split("=", 1) for item in args.env), args.layer_capacity,
+                                            args.cprofile and f"{args.cprofile}/{label}-x{count}-{n}")
                             try:
                                 waves = 1 if args.soak else max(1, math.ceil(args.min_messages / n))
                                 name = f"{label} x{count}"
