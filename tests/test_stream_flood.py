@@ -96,6 +96,12 @@ class FloodChecks(LiveTestMixin):
         await layer.group_add(session_group(self.session.pk), channel)
         return channel
 
+    async def done(self, socket: WebsocketCommunicator) -> None:
+        """The socket closed and this test's layer emptied, its connections with it: nothing of it is left
+        for a later test's event loop."""
+        await socket.disconnect()
+        await get_channel_layer().flush()
+
     async def batches_until(self, channel: str, predicate) -> list[dict]:
         layer, seen = get_channel_layer(), []
         while True:
@@ -118,10 +124,13 @@ class FloodChecks(LiveTestMixin):
         SlowSocket.gate.set()  # it reads again, the run still running
         frames: list[str] = []
         await frames_until(socket, lambda f: frames.append(f) or streamed_html(frames, run_id) == render_markdown(REPLY))
-        # All it was behind on in one frame, not one per batch. (The in-memory layer drops the newest messages
-        # of a full channel: the run's fragment came, then one frame. Redis's drops the oldest: the run's
-        # fragment went, so its first batch did too, and the socket is sent the whole run so far instead.)
-        assert sum(map(is_stream_frame, frames)) <= 1 and len(frames) <= 5
+        # All it was behind on in one frame, not one per batch (it missed over 2 x CAPACITY of them). (The
+        # in-memory layer drops the newest messages of a full channel: the run's fragment came, then one
+        # frame. Redis's drops the oldest: the run's fragment went, so its first batch did too, and the
+        # socket is sent the whole run so far instead.) At most one frame more: which of its messages the
+        # socket holds when its sends stall (Channels takes the next one before its handler runs) is a
+        # matter of timing, and on the Redis layer about one run in thirty catches up in two frames.
+        assert sum(map(is_stream_frame, frames)) <= 2 and len(frames) <= 5
 
         end.set()
         frames += await frames_until(socket, run_done(run_id=run_id))
@@ -129,7 +138,7 @@ class FloodChecks(LiveTestMixin):
         stored = await Run.objects.aget(run_id=run_id)
         assert stored.content == REPLY
         assert streamed_html(frames, run_id) == render_markdown(stored.content)
-        await socket.disconnect()
+        await self.done(socket)
 
     async def test_a_final_form_the_layer_dropped_comes_from_the_stored_run(self):
         self.llm.add(Text(REPLY, chunk_delay=0.002))
@@ -146,7 +155,7 @@ class FloodChecks(LiveTestMixin):
         stored = await Run.objects.aget(run_id=run_id)
         assert stored.content == REPLY
         assert streamed_html(frames, run_id) == render_markdown(REPLY)
-        await socket.disconnect()
+        await self.done(socket)
 
 
 class TestInMemoryLayer(FloodChecks, TransactionTestCase):
