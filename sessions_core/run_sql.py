@@ -139,7 +139,9 @@ class RunSQL:
             f" ORDER BY r.{r['id']} DESC LIMIT %s) AND m.{m['role']} <> '{Role.SYSTEM.value}'"
             f" ORDER BY m.{m['seq']} DESC LIMIT %s"
         )
-        returning = " RETURNING " + quote(Run._meta.pk.column)
+        # SQLite hands over the new row's id as the cursor's lastrowid: RETURNING would cost a fetch.
+        self.returns_id = connection.vendor != "sqlite"
+        returning = " RETURNING " + quote(Run._meta.pk.column) if self.returns_id else ""
         self.insert_run = (
             f"INSERT INTO {run} ({', '.join(_columns(Run, connection, _RUN_FIELDS))})"
             f" VALUES ({', '.join(['%s'] * len(_RUN_FIELDS))}){returning}"
@@ -208,6 +210,14 @@ class RunSQL:
             self._state_set = f", {s['session_state']} = CAST(%s AS {state_type}), {s['state_version']} = %s"
             # In a VALUES list that feeds INSERT ... SELECT, each value needs its column's type.
             self._change_row = _typed_row(StateChange, connection, _CHANGE_FIELDS)
+            # With steps whose rows the finish inserts, a change row may name its run by run id instead.
+            self._change_row_by_id = (self._change_row[:-1]
+                                      + f", CAST(%s AS {Run._meta.get_field('run_id').db_type(connection)}))")
+            self._new_child_row = _typed_row(Run, connection, _RUN_FIELDS)
+            self._new_child_columns = ", ".join(_columns(Run, connection, _RUN_FIELDS))
+            self._run_id = quote(Run._meta.get_field("run_id").column)
+            self._change_select = ", ".join(f"COALESCE(v.run, new_children.{quote(Run._meta.pk.column)})"
+                                            if name == "run" else f"v.{name}" for name in _CHANGE_FIELDS)
             self._message_row = _typed_row(Message, connection, _MESSAGE_FIELDS)
             self._change_columns, self._message_columns = change_columns, message_columns
             # A child's end (`finish_run`'s values by id): its state version stays NULL, the root's has it.
@@ -263,20 +273,33 @@ class RunSQL:
             )
         return statement
 
-    def finish_together(self, changes: int, messages: int, with_state: bool, children: int = 0) -> str:
+    def finish_together(self, changes: int, messages: int, with_state: bool, children: int = 0,
+                        new_children: int = 0) -> str:
         """PostgreSQL: the usual finish as one statement, for `changes` state changes and `messages`
         messages. Its lease release, as `release_lease` does, goes through only while the run holds the
         lease and the state is at its base version; the rows and the run's outcome are written only
         when it went through (data-modifying CTEs see the release's RETURNING). It returns the number
         of sessions released: 1, or 0 when nothing at all was written. One round trip instead of six.
         With `children`, it also stores the outcomes of that many steps or members (by id, as
-        `finish_run` does) whose end waited for this finish."""
-        key = (changes, messages, with_state, children)
+        `finish_run` does) whose end waited for this finish, and with `new_children` inserts the rows of
+        that many steps stored only now; the change rows then name their run by id or by run id."""
+        key = (changes, messages, with_state, children, new_children)
         statement = self._together.get(key)
         if statement is None:
             released = "EXISTS (SELECT 1 FROM released)"
             parts = [f"WITH released AS ({self._release}{self._state_set if with_state else ''}{self._release_where}"
                      f" RETURNING {self._session_id})"]
+            if new_children:
+                parts.append(f", new_children AS (INSERT INTO {self._tables[2]} ({self._new_child_columns})"
+                             f" SELECT * FROM (VALUES {', '.join([self._new_child_row] * new_children)}) AS v"
+                             f" WHERE {released} RETURNING {self._run_pk}, {self._run_id})")
+                if changes:
+                    parts.append(
+                        f", new_changes AS (INSERT INTO {self._tables[0]} ({self._change_columns})"
+                        f" SELECT {self._change_select} FROM (VALUES {', '.join([self._change_row_by_id] * changes)})"
+                        f" AS v({', '.join(_CHANGE_FIELDS)}, run_uuid)"
+                        f" LEFT JOIN new_children ON new_children.{self._run_id} = v.run_uuid WHERE {released})")
+                    changes = 0
             for name, count, row, columns, table in (
                 ("changes", changes, self._change_row, self._change_columns, self._tables[0]),
                 ("messages", messages, self._message_row, self._message_columns, self._tables[1]),
@@ -432,7 +455,8 @@ class RunStore:
         finished_at, as `finish_run` writes them), a row that is over already."""
         params = self._run_params(run_id, session_pk, component_id, input, model_id, history_seqs, now, kind,
                                   parent_pk, step_name, follows_pk, **outcome)
-        return self.execute(self.sql.insert_run, params).fetchone()[0]
+        cursor = self.execute(self.sql.insert_run, params)
+        return cursor.fetchone()[0] if self.sql.returns_id else cursor.lastrowid
 
     def _run_params(self, run_id, session_pk, component_id, input, model_id, history_seqs, now, kind="agent",
                     parent_pk=None, step_name="", follows_pk=None, *, status=RunStatus.RUNNING, content="",
@@ -462,11 +486,15 @@ class RunStore:
             self.execute(self.sql.insert_change + ", ".join([self.sql.change_values] * len(rows)),
                          self._change_params(rows))
 
-    def _change_params(self, rows: list[tuple]) -> list:
+    def _change_params(self, rows: list[tuple], by_run_id: bool = False) -> list:
+        """With `by_run_id` (RunSQL._change_row_by_id), a row's run is its pk, or its run id (a str)."""
         params = []
-        for session_pk, run_pk, version, patch, inverse, source, now in rows:
+        for session_pk, run, version, patch, inverse, source, now in rows:
+            run_pk, run_id = (None, run) if isinstance(run, str) else (run, None)
             params += (session_pk, run_pk, version, self._json(patch), self._json(inverse), source,
                        self._datetime(now))
+            if by_run_id:
+                params.append(run_id)
         return params
 
     def take_lease(self, session_pk: int, token: str, expires_at, now, last_seq: int, leaf: int | None = None) -> None:
@@ -545,20 +573,26 @@ class RunStore:
 
     def finish(self, *, session_pk: int, token: str, base_version: int, last_seq: int, state_text: str | None,
                state_version: int, changes: list[tuple], messages: list[tuple], run_pk: int, status: str,
-               content: str, content_type: str, error: str, metrics: dict, now, children: list[tuple] = ()) -> bool:
+               content: str, content_type: str, error: str, metrics: dict, now, children: list[tuple] = (),
+               new_children: list[dict] = ()) -> bool:
         """The usual finish: release the lease (storing the new state), insert the state changes and the
         messages (rows as for `insert_changes` and `insert_messages`), store the ends of `children`
         (steps or members whose end waited for this: (run pk, when, outcome as `finish_run` takes it),
-        their messages among `messages`) and store the run's outcome, all only if the run still holds
-        the lease and the state is still at `base_version`. False, having written nothing, when either
-        has changed (the caller merges then).
+        their messages among `messages`), insert the rows of `new_children` (steps stored only now, as
+        the arguments of `insert_run`; a change row may name one of them by its run id instead of its
+        run pk) and store the run's outcome, all only if the run still holds the lease and the state is
+        still at `base_version`. False, having written nothing, when either has changed (the caller
+        merges then).
 
         One statement on PostgreSQL (`RunSQL.finish_together`), so a single round trip, atomic by itself.
         Elsewhere the statements one by one: call it inside `atomic()`."""
         if self.writes_in_one_statement:
-            statement = self.sql.finish_together(len(changes), len(messages), state_text is not None, len(children))
-            params = [*self._release_params(session_pk, token, base_version, now, last_seq, state_text, state_version),
-                      *self._change_params(changes), *self._message_params(messages)]
+            statement = self.sql.finish_together(len(changes), len(messages), state_text is not None, len(children),
+                                                 len(new_children))
+            params = [*self._release_params(session_pk, token, base_version, now, last_seq, state_text, state_version)]
+            for row in new_children:
+                params += self._run_params(**row)
+            params += [*self._change_params(changes, by_run_id=bool(new_children)), *self._message_params(messages)]
             for pk, at, end in children:  # (id, status, content, content_type, error, metrics, finished_at)
                 values = self._finish_params(pk, state_version=None, now=at, **end)
                 params += (pk, *values[:5], values[6])
@@ -566,6 +600,9 @@ class RunStore:
             return self.execute(statement, params).fetchone()[0] == 1
         if not self.release_lease(session_pk, token, base_version, now, last_seq, state_text, state_version):
             return False
+        if new_children:
+            stored = {row["run_id"]: self.insert_run(**row) for row in new_children}
+            changes = [(change[0], stored.get(change[1], change[1]), *change[2:]) for change in changes]
         self.insert_changes(changes)
         self.insert_messages(messages)
         for pk, at, end in children:

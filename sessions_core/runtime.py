@@ -19,9 +19,11 @@ from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import NamedTuple
 
 import pydantic
+from pydantic import BaseModel
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
@@ -66,6 +68,17 @@ __all__ = ["RunLoop", "RunOutput"]
 
 
 
+class _Deferred(NamedTuple):
+    """A finished child's writes, held for the tree's next write: its messages and its end (its row
+    exists: `run_pk`), or, for a function step (`child`), its whole row, stored only then."""
+
+    messages: list[tuple]
+    run_pk: int
+    ended: datetime
+    outcome: dict
+    child: RunLoop | None = None
+
+
 @dataclass
 class _Start:
     """What the start step hands back to the run loop."""
@@ -108,16 +121,17 @@ class RunLoop:
         self.root: RunLoop = parent.root if parent is not None else self
         self.branch = branch  # (run id, "regenerate" | "edit"): a sibling of that run (branches.py)
         self.step_name = step_name
-        # A child whose row is stored only as it ends, with its outcome, in one statement (a function
-        # step outside a Parallel: it has no messages, and nothing starts beside it to be listed after it).
+        # A child whose row is stored only after it ended, with its outcome, by the tree's next write (a
+        # function step outside a Parallel: it has no messages, and nothing starts beside it to be
+        # listed after it).
         self.row_at_end = row_at_end
         # A child whose messages and outcome are written with the tree's next write (the next step's
         # start, the run's finish): a workflow's step outside a Parallel, when the next write comes at once.
         self.defer_finish = defer_finish and not row_at_end
-        self.pending: deque = deque()  # root: [(message rows, run pk, now, outcome)] of children deferred
+        self.pending: deque[_Deferred] = deque()  # root: the writes of finished children, held
         self.source_prefix = source_prefix  # "step:<name>/" or "member:<name>/" on the state changes it makes
         self.event_classes = RUN_EVENT_CLASSES.get(config.kind, RUN_EVENT_CLASSES["agent"])
-        self.lease_token = secrets.token_hex(16)
+        self.lease_token = secrets.token_hex(16) if parent is None else ""  # a child works under its root's
         self.seq = 0
         self.output = OUTPUT_CLASSES.get(config.kind, RunOutput)(
             run_id=self.run_id, session_id=session_id, user_id=self.user_id, agent_id=config.component_id,
@@ -130,6 +144,7 @@ class RunLoop:
         self.active: set[RunLoop] = set()  # root: the runs of its tree streaming right now (for a stop)
         self.outcome: tuple[str, str, str] = (RunStatus.COMPLETED, "", "")  # status, error, error type
         self.step_output = None  # a function step's StepOutput
+        self.step_input = self.step_context = None  # a workflow step's StepInput and StepContext (steps.py)
         self.raw_input = input  # as given (a workflow's steps see it unchanged: text, a dict, a model)
         self.additional_data: dict | None = None  # a workflow run's, for its steps
         # Set by the start step (`_begin`).
@@ -169,12 +184,11 @@ class RunLoop:
                    agent_name=self.config.component_name, seq=self.seq, parent_run_id=self.run_id,
                    step_name=step_name, **kwargs)
 
-    async def events(self) -> AsyncIterator[BaseRunEvent]:
+    def events(self) -> AsyncIterator[BaseRunEvent]:
         """Every event of the run, in Agno's order. The run's outcome ends up in `self.output`."""
-        if self.parent is not None:
-            async for event in self._child_events():
-                yield event
-            return
+        return self._child_events() if self.parent is not None else self._root_events()
+
+    async def _root_events(self) -> AsyncIterator[BaseRunEvent]:
         start = await self._acquire()
         self._begin(start)
         run_registry.register(self.run_id, self)
@@ -420,8 +434,8 @@ class RunLoop:
     def child(self, config: RunConfig, input, *, step_name: str, source_prefix: str, row_at_end: bool = False,
               defer_finish: bool = False) -> RunLoop:
         """A run inside this one (a step, a member): same session, user, state and lease. With
-        `row_at_end`, its row is stored only as it ends (a function step); with `defer_finish`, its
-        end is written with the tree's next write (a workflow's step outside a Parallel)."""
+        `row_at_end`, its row is stored only after it ended, with the tree's next write (a function
+        step); with `defer_finish`, its end is (a workflow's step outside a Parallel)."""
         return RunLoop(config, input, session_id=self.session_id, user=self.user_ref, session_state=None,
                        parent=self, step_name=step_name, source_prefix=self.source_prefix + source_prefix,
                        row_at_end=row_at_end and config.kind == "function", defer_finish=defer_finish)
@@ -505,10 +519,12 @@ class RunLoop:
         messages = self.new_messages
         if not self.config.store_tool_messages:
             messages = [m for m in messages if m.role != Role.TOOL and not m.tool_calls]
-        if self.defer_finish:
+        if self.row_at_end:  # no messages: its row, with its outcome, goes with the tree's next write
+            self.root.pending.append(_Deferred([], 0, timezone.now(), self._outcome(status, out.error), self))
+        elif self.defer_finish:
             root, now = self.root, timezone.now()
             rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, messages, root.last_seq, now)
-            root.pending.append((rows, self.run_pk, now, self._outcome(status, out.error)))
+            root.pending.append(_Deferred(rows, self.run_pk, now, self._outcome(status, out.error)))
         else:
             await call_sync(self._finish_child_sync, status, out.error, messages)
         out.session_state = json.loads(self.tracker.state_text)
@@ -517,14 +533,6 @@ class RunLoop:
 
     def _finish_child_sync(self, status: str, error: str, messages: list[ChatMessage]) -> None:
         root, now = self.root, timezone.now()
-        if self.row_at_end:  # its row, with its outcome: one statement
-            with RunStore(self.alias) as store:
-                self.run_pk = store.insert_run(
-                    run_id=self.run_id, session_pk=root.start.session_pk, component_id=self.config.component_id,
-                    input=self.input, model_id="", now=self.start_time, kind=self.config.kind,
-                    parent_pk=self.parent.run_pk, step_name=self.step_name[:200], history_seqs=None, finished_at=now,
-                    **self._outcome(status, error))
-            return
         with RunStore(self.alias) as store, store.atomic(one_statement=not messages):
             rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, messages, root.last_seq, now)
             store.insert_messages(rows)
@@ -542,9 +550,19 @@ class RunLoop:
         ended = []
         while pending:
             ended.append(pending.popleft())
-        store.insert_messages([row for rows, *_ in ended for row in rows])
-        for _rows, run_pk, now, outcome in ended:
-            store.finish_run(run_pk, state_version=None, now=now, **outcome)
+        store.insert_messages([row for entry in ended for row in entry.messages])
+        for entry in ended:
+            if entry.child is not None:
+                entry.child.run_pk = store.insert_run(**entry.child._stored_row(entry))
+            else:
+                store.finish_run(entry.run_pk, state_version=None, now=entry.ended, **entry.outcome)
+
+    def _stored_row(self, entry: _Deferred) -> dict:
+        """The arguments of `RunStore.insert_run` for this child's row, held until after it ended."""
+        return dict(run_id=self.run_id, session_pk=self.root.start.session_pk, component_id=self.config.component_id,
+                    input=self.input, model_id="", now=self.start_time, kind=self.config.kind,
+                    parent_pk=self.parent.run_pk, step_name=self.step_name[:200], history_seqs=None,
+                    finished_at=entry.ended, **entry.outcome)
 
     def _insert_messages(self, store: RunStore, session_pk: int, run_pk: int, messages: list[ChatMessage],
                          last_seq: int, now) -> int:
@@ -869,8 +887,13 @@ class RunLoop:
     def _finish_failed(self, error: str) -> None:
         """The run failed to store its outcome: mark it failed and release the lease (its replies are lost)."""
         now = timezone.now()
+        held = [entry for entry in self.pending if entry.child is not None]
         self.pending.clear()
         with transaction.atomic(using=self.alias):
+            if held:  # function steps that ended, whose rows were to go with the outcome
+                with RunStore(self.alias) as store:
+                    for entry in held:
+                        entry.child.run_pk = store.insert_run(**entry.child._stored_row(entry))
             Run.objects.using(self.alias).filter(pk=self.start.run_pk).update(
                 status=RunStatus.ERROR, error=error, content=error, finished_at=now)
             # Steps whose end was still to be written with it end with it.
@@ -899,8 +922,9 @@ class RunLoop:
                     session_pk=self.start.session_pk, token=self.lease_token, base_version=self.start.base_version,
                     last_seq=last_seq, state_text=tracker.state_text if changes else None, state_version=version,
                     changes=self._change_rows(changes, self.start.base_version, now),
-                    messages=[row for rows, *_ in pending for row in rows] + message_rows,
-                    children=[(run_pk, at, outcome) for _rows, run_pk, at, outcome in pending],
+                    messages=[row for entry in pending for row in entry.messages] + message_rows,
+                    children=[(entry.run_pk, entry.ended, entry.outcome) for entry in pending if entry.child is None],
+                    new_children=[entry.child._stored_row(entry) for entry in pending if entry.child is not None],
                     run_pk=self.start.run_pk, now=now, **self._outcome(status, error),
                 ):
                     self.pending.clear()
@@ -933,15 +957,16 @@ class RunLoop:
         return state, version, changes, last_seq
 
     def _change_rows(self, changes: list, first_version: int, now) -> list[tuple]:
-        """StateChange rows: each names the run that made it (a step's or a member's), else this run."""
+        """StateChange rows: each names the run that made it (a step's or a member's), else this run; a
+        step whose row is not stored yet by its run id (`RunStore.finish` stores it with them)."""
         session_pk, run_pk = self.start.session_pk, self.start.run_pk
-        return [(session_pk, (change_run.run_pk if change_run is not None else 0) or run_pk, first_version + number,
-                 patch, inverse, source, now)
+        return [(session_pk, run_pk if change_run is None else change_run.run_pk or change_run.run_id,
+                 first_version + number, patch, inverse, source, now)
                 for number, (patch, inverse, source, change_run) in enumerate(changes, start=1)]
 
     def _outcome(self, status, error) -> dict:
         content = self.output.content
-        if isinstance(content, pydantic.BaseModel):
+        if isinstance(content, BaseModel):
             content = content.model_dump_json()
         return {"status": status, "content": content if isinstance(content, str) else json.dumps(content, default=str),
                 "content_type": self.output.content_type, "error": error, "metrics": self.output.metrics}
@@ -965,7 +990,7 @@ class RunLoop:
 
 def _input_text(value) -> str:
     """A step's input that is not text (a model's structured output, a dict): as JSON."""
-    if isinstance(value, pydantic.BaseModel):
+    if isinstance(value, BaseModel):
         return value.model_dump_json()
     try:
         return json.dumps(value, ensure_ascii=False, default=str)

@@ -24,7 +24,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import pydantic
+from pydantic import BaseModel
 
 from . import events as ev
 from .bridge import call_sync
@@ -62,7 +62,7 @@ class StepOutput:
 
     def to_dict(self) -> dict:
         content = self.content
-        if isinstance(content, pydantic.BaseModel):
+        if isinstance(content, BaseModel):
             content = content.model_dump(mode="json")
         data = {name: getattr(self, name) for name in (
             "step_name", "step_id", "step_type", "executor_type", "executor_name", "step_run_id", "metrics",
@@ -143,7 +143,7 @@ def content_text(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
-    if isinstance(value, pydantic.BaseModel):
+    if isinstance(value, BaseModel):
         return value.model_dump_json()
     try:
         return json.dumps(value, ensure_ascii=False, default=str)
@@ -276,7 +276,8 @@ async def run_sequence(steps: list[_Primitive], context: StepContext, step_input
     previous = dict(step_input.previous_step_outputs)
     content = step_input.previous_step_content
     for step in steps:
-        current = replace(step_input, previous_step_content=content, previous_step_outputs=dict(previous))
+        current = StepInput(input=step_input.input, previous_step_content=content, previous_step_outputs=dict(previous),
+                            additional_data=step_input.additional_data, workflow_history=step_input.workflow_history)
         output = None
         async with aclosing(step.execute(context, current)) as executed:
             async for item in executed:
@@ -315,6 +316,8 @@ class Step(_Primitive):
         self.on_error = on_error
         self.add_workflow_history = add_workflow_history
         self.num_history_runs = num_history_runs
+        self._function_configs: dict[str, RunConfig] = {}  # by database alias
+        self._streams = inspect.isgeneratorfunction(executor) or inspect.isasyncgenfunction(executor)
 
     def __repr__(self) -> str:
         return f"<Step {self.name!r}>"
@@ -361,10 +364,12 @@ class Step(_Primitive):
             if context.add_session_state_to_context is not None:
                 changes["add_session_state_to_context"] = context.add_session_state_to_context
             return replace(config, **changes), self._message(context, step_input)
-        executor = self.executor
-        config = RunConfig(component_id=self.executor_name, component_name=self.executor_name, kind="function",
-                           alias=loop.alias, executor=_function_executor(executor, step_input, context, self.name),
-                           system_message="", stream_events=True)
+        # A function's config is the same at every execution (its input and context are the loop's).
+        config = self._function_configs.get(loop.alias)
+        if config is None:
+            config = self._function_configs[loop.alias] = RunConfig(
+                component_id=self.executor_name, component_name=self.executor_name, kind="function", alias=loop.alias,
+                executor=_function_executor(self.executor, self.name), system_message="", stream_events=True)
         return config, content_text(step_input.input)
 
     async def execute(self, context: StepContext, step_input: StepInput) -> AsyncIterator:
@@ -373,12 +378,13 @@ class Step(_Primitive):
         for attempt in range(self.max_retries + 1):
             loop.check_cancelled()
             config, message = self._config(context, step_input)
-            # A function step that returns once stores its row as it ends, unless a sibling may start
+            # A function step that returns once stores its row after it ended, unless a sibling may start
             # meanwhile (rows are listed in the order they were stored); one that streams is shown
             # (after a reload too) while it runs.
-            streams = inspect.isgeneratorfunction(self.executor) or inspect.isasyncgenfunction(self.executor)
             child = loop.child(config, message, step_name=self.name, source_prefix=f"step:{self.name}/",
-                               row_at_end=not (context.concurrent or streams), defer_finish=not context.concurrent)
+                               row_at_end=not (context.concurrent or self._streams),
+                               defer_finish=not context.concurrent)
+            child.step_input, child.step_context = step_input, context  # what a function step's executor reads
             yield context.event(ev.StepStartedEvent, run_id=child.run_id, step_name=self.name,
                                 executor_type=self.executor_type, executor_name=self.executor_name,
                                 executor_id=config.component_id)
@@ -418,11 +424,13 @@ class Step(_Primitive):
                          content=message)
 
 
-def _function_executor(fn: Callable, step_input: StepInput, context: StepContext, name: str):
-    """The executor of a function step's run: call `fn` under the state lock, stream what it yields."""
+def _function_executor(fn: Callable, name: str):
+    """The executor of a function step's runs: call `fn` with the run's step input under the state
+    lock, stream what it yields."""
 
     async def execute(loop) -> AsyncIterator:
-        call = _call_with_context(fn, step_input, loop.run_context)
+        context: StepContext = loop.step_context
+        call = _call_with_context(fn, loop.step_input, loop.run_context)
         tracker = loop.tracker
         result: Any = None
         texts: list[str] = []

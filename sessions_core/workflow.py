@@ -102,7 +102,8 @@ class Workflow(Component):
 
     async def _execute(self, loop: RunLoop) -> AsyncIterator:
         """The workflow run's executor: its steps, in order; the last one's content is the run's."""
-        history = await call_sync(_workflow_history, loop, self._history_window()) if self._history_window() else []
+        window = self._history_window()
+        history = await call_sync(_workflow_history, loop, window) if window else []
         context = StepContext(
             loop=loop, stream_executor_events=self.stream_executor_events,
             add_workflow_history=self.add_workflow_history_to_steps, num_history_runs=self.num_history_runs,

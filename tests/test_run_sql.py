@@ -347,6 +347,27 @@ class TestFinish(TestCase):
         assert list(Message.objects.order_by("seq").values_list("run_id", "seq", "content")) == [
             (step, 2, "helped"), (self.run_pk, 3, "Added.")]
 
+    def test_the_rows_of_steps_stored_only_now_are_inserted_and_their_changes_name_them(self):
+        pk, now = self.session.pk, self.now
+        ended = now + timedelta(milliseconds=3)
+        row = dict(run_id="r-count", session_pk=pk, component_id="count", input="add milk", model_id="", now=now,
+                   kind="function", parent_pk=self.run_pk, step_name="Count", history_seqs=None, finished_at=ended,
+                   status=RunStatus.COMPLETED, content="counted", content_type="str", error="", metrics={"n": 1})
+        changes = [(pk, self.run_pk, 3, [{"op": "add", "path": "/items/0", "value": "milk"}],
+                    [{"op": "remove", "path": "/items/0"}], "tool:add", now),
+                   (pk, "r-count", 4, [{"op": "add", "path": "/count", "value": 1}],
+                    [{"op": "remove", "path": "/count"}], "step:Count/function", now)]
+
+        assert self.finish(changes=changes, state_version=4, new_children=[row]) is True
+
+        step = Run.objects.get(run_id="r-count")
+        assert (step.parent_run_id, step.kind, step.step_name, step.status, step.content, step.metrics,
+                step.created_at, step.finished_at) == (
+            self.run_pk, "function", "Count", "completed", "counted", {"n": 1}, now, ended)
+        assert list(StateChange.objects.order_by("version").values_list("version", "run_id", "source")) == [
+            (3, self.run_pk, "tool:add"), (4, step.pk, "step:Count/function")]
+        assert ChatSession.objects.values_list("state_version", flat=True).get(pk=pk) == 4
+
     def test_a_lost_lease_writes_nothing_of_the_steps_either(self):
         pk, now = self.session.pk, self.now
         step = self.store.insert_run(run_id="r-step", session_pk=pk, component_id="helper", input="sub", model_id="m",
@@ -359,6 +380,14 @@ class TestFinish(TestCase):
 
         assert Run.objects.values_list("status", "finished_at").get(pk=step) == ("running", None)
         assert Message.objects.count() == 0
+
+        row = dict(run_id="r-count", session_pk=pk, component_id="count", input="sub", model_id="", now=now,
+                   kind="function", parent_pk=self.run_pk, step_name="Count", history_seqs=None, finished_at=now,
+                   status=RunStatus.COMPLETED, content="counted", content_type="str", error="", metrics={})
+        changes = [(pk, "r-count", 3, [{"op": "add", "path": "/count", "value": 1}],
+                    [{"op": "remove", "path": "/count"}], "step:Count/function", now)]
+        assert self.finish(token="other", changes=changes, new_children=[row]) is False
+        assert not Run.objects.filter(run_id="r-count").exists() and not StateChange.objects.exists()
 
     def test_a_lost_lease_or_a_moved_state_writes_nothing(self):
         for overrides in ({"token": "other"}, {"base_version": 1}):

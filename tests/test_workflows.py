@@ -8,6 +8,7 @@ import threading
 import pydantic
 import pytest
 from django.db import connection, connections
+from django.db.models import F
 from django.test import TestCase, TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 
@@ -315,6 +316,38 @@ class TestRefusedFinish(WorkflowTestCase):
         assert top.status == "error" and not ChatSession.objects.get(session_id="w").lease_token
         assert [(run.step_name, run.status, run.finished_at is not None) for run in top.children.order_by("id")] == [
             ("count", "completed", True), ("Replier", "error", True)]
+
+    def test_a_function_step_whose_row_was_to_go_with_the_refused_outcome_is_stored_as_it_ended(self):
+        refuse_once = RefuseFinishOnce()
+        self.llm.add(Text("A reply."))
+        workflow = self.workflow([self.agent(name="Replier"), Step(name="count", executor=count_up)])
+        with connection.execute_wrapper(refuse_once):
+            output = workflow.run("hello", session_id="w")
+
+        assert refuse_once.refused and output.status == "error"
+        top = Run.objects.get(run_id=output.run_id)
+        assert [(run.step_name, run.status, run.content) for run in top.children.order_by("id")] == [
+            ("Replier", "completed", "A reply."), ("count", "completed", "counter is 1")]
+        assert not StateChange.objects.exists()  # the outcome, with its changes, was refused
+
+
+class TestEditedDuringTheRun(WorkflowTestCase):
+    def test_a_function_steps_change_names_its_row_when_the_finish_merges_onto_an_edit(self):
+        def edit_then_count(step_input, run_context):
+            # Someone else writes the session meanwhile: the finish finds the state moved and merges.
+            ChatSession.objects.filter(session_id="w").update(session_state={"counter": 10, "note": "edited"},
+                                                               state_version=F("state_version") + 1)
+            return count_up(step_input, run_context)
+
+        workflow = self.workflow([Step(name="first", executor=count_up), Step(name="edit", executor=edit_then_count)])
+        output = workflow.run("go", session_id="w")
+
+        assert output.status == "completed", output.error
+        # The changes replay onto the edit as patches: the second step set the counter to 2.
+        assert workflow.get_session_state(session_id="w") == {"counter": 2, "note": "edited"}
+        steps = {run.step_name: run.pk for run in Run.objects.get(run_id=output.run_id).children.all()}
+        assert list(StateChange.objects.order_by("version").values_list("source", "run_id")) == [
+            ("step:first/function", steps["first"]), ("step:edit/function", steps["edit"])]
 
 
 class TestContainers(WorkflowTestCase):
