@@ -9,6 +9,7 @@ from sessions_core.agent import Agent
 from sessions_core.component import Component
 from sessions_core.llm import default_model
 from sessions_core.steps import Router, Step, StepInput, StepOutput
+from sessions_core.summary import SessionSummaryManager
 from sessions_core.team import Team
 from sessions_core.tools import RunContext
 from sessions_core.workflow import Workflow
@@ -38,12 +39,18 @@ class Assistant:
     build: Callable[[], Component]
 
 
+SUMMARY_RUNS = 6  # the general assistant's summary: these last runs, and the summary before them
+
+
 def _general() -> Agent:
     return Agent(
         name="General assistant", id="general", model=default_model(), markdown=True,
         instructions="You are a helpful, concise assistant. Use Markdown where it helps.",
         add_history_to_context=True, num_history_runs=5,
-        enable_session_summaries=True, search_past_sessions=True,
+        # The summary is made after every reply: from the last runs and the summary so far, so its request
+        # (and its cost) stays the same however long the chat grows.
+        session_summary_manager=SessionSummaryManager(last_n_runs=SUMMARY_RUNS, include_previous_summary=True),
+        search_past_sessions=True,
     )
 
 

@@ -58,7 +58,8 @@ class SessionSummaryManager:
     summary_request_message = "Provide the summary of the conversation."
 
     def __init__(self, model: Model | None = None, session_summary_prompt: str | None = None,
-                 last_n_runs: int | None = None, conversation_limit: int | None = None):
+                 last_n_runs: int | None = None, conversation_limit: int | None = None,
+                 include_previous_summary: bool = False):
         for name, value in (("last_n_runs", last_n_runs), ("conversation_limit", conversation_limit)):
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be a positive number, not {value}.")
@@ -66,19 +67,28 @@ class SessionSummaryManager:
         self.session_summary_prompt = session_summary_prompt
         self.last_n_runs = last_n_runs
         self.conversation_limit = conversation_limit
+        # With a window (last_n_runs, conversation_limit), the summary so far goes with it, so what fell
+        # out of the window is kept and the request stays the same size however long the session grows.
+        # Agno has no such option: its windowed summary forgets what is outside the window.
+        self.include_previous_summary = include_previous_summary
 
-    def build_request(self, messages: list[ChatMessage]) -> list[dict]:
+    def build_request(self, messages: list[ChatMessage], previous: SessionSummary | None = None) -> list[dict]:
         conversation = [m for m in messages if m.role in ("user", "assistant") and m.content]
         if self.conversation_limit is not None:
             conversation = conversation[-self.conversation_limit:]
         transcript = "\n".join(f"{m.role.capitalize()}: {m.content}" for m in conversation)
-        system = (self.session_summary_prompt or DEFAULT_PROMPT) + f"\n\n<conversation>\n{transcript}\n</conversation>"
+        system = self.session_summary_prompt or DEFAULT_PROMPT
+        if previous is not None and self.include_previous_summary:
+            system += ("\n\nThe summary of the conversation so far, which the part below continues; keep what "
+                       f"still holds:\n<previous_summary>\n{previous.summary}\n</previous_summary>")
+        system += f"\n\n<conversation>\n{transcript}\n</conversation>"
         return [{"role": "system", "content": system}, {"role": "user", "content": self.summary_request_message}]
 
-    async def acreate(self, model: Model, messages: list[ChatMessage]) -> SessionSummary:
+    async def acreate(self, model: Model, messages: list[ChatMessage],
+                      previous: SessionSummary | None = None) -> SessionSummary:
         """Ask the model; raises ModelError when it fails or answers with nothing usable."""
         response_format = {"type": "json_schema", "json_schema": {"name": "session_summary", "schema": SUMMARY_SCHEMA}}
-        text = await (self.model or model).acomplete(self.build_request(messages), response_format)
+        text = await (self.model or model).acomplete(self.build_request(messages, previous), response_format)
         try:
             data = json.loads(text)
         except ValueError:
@@ -93,9 +103,9 @@ async def aupdate_session_summary(config, session_pk: int, session_id: str) -> S
     """Regenerate the summary after a successful run. A failure keeps the previous one and is logged."""
     manager = config.session_summary_manager or SessionSummaryManager()
     alias = config.alias
-    messages = await call_sync(completed_messages, session_pk, alias, manager.last_n_runs)
+    messages, previous = await call_sync(_summary_input, session_pk, alias, manager)
     try:
-        summary = await manager.acreate(config.model, messages)
+        summary = await manager.acreate(config.model, messages, previous)
     except Exception:
         logger.exception("Session summary failed for session %s; the previous summary is kept", session_id)
         return None
@@ -103,3 +113,13 @@ async def aupdate_session_summary(config, session_pk: int, session_id: str) -> S
         lambda: ChatSession.objects.using(alias).filter(pk=session_pk).update(summary=summary.to_dict())
     )
     return summary
+
+
+def _summary_input(session_pk: int, alias: str, manager: SessionSummaryManager):
+    """The messages to summarise and, when the manager carries it on, the summary as stored now."""
+    messages = completed_messages(session_pk, alias, manager.last_n_runs)
+    previous = None
+    if manager.include_previous_summary:
+        stored = ChatSession.objects.using(alias).filter(pk=session_pk).values_list("summary", flat=True).first()
+        previous = SessionSummary.from_dict(stored)
+    return messages, previous

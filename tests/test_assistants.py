@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.test import TestCase, override_settings
 
 from chatapp import assistants
 from chatapp.assistants import (
     ASSISTANTS,
+    SUMMARY_RUNS,
     add_item,
     clear_list,
     get_assistant,
@@ -122,6 +125,30 @@ class TestEndToEnd(TestCase):
 
     def setUp(self):
         self.alice = make_user("alice")
+
+    def test_the_general_assistants_summary_request_stays_the_same_size_as_the_chat_grows(self):
+        session = make_session(owner=self.alice, component_id="general")
+        summaries = iter(range(1, 100))
+
+        def respond(body):
+            if body.get("stream") is not True and "response_format" in body:
+                return Text(json.dumps({"summary": f"Summary {next(summaries)}."}))
+            return Text("ok")
+
+        self.llm.responder = respond
+        turns = SUMMARY_RUNS + 3
+        with override_settings(OPENAI_BASE_URL=self.llm.base_url, OPENAI_API_KEY="k", OPENAI_MAX_RETRIES=0):
+            for turn in range(1, turns + 1):
+                get_assistant("general").run(f"message number {turn}.", session_id=session.session_id,
+                                             user_id=self.alice)
+
+        summary_requests = [body for body in self.llm.requests if "response_format" in body]
+        assert len(summary_requests) == turns
+        last = summary_requests[-1]["messages"][0]["content"]
+        asked = [turn for turn in range(1, turns + 1) if f"User: message number {turn}." in last]
+        assert asked == list(range(turns - SUMMARY_RUNS + 1, turns + 1))  # the window only...
+        assert f"<previous_summary>\nSummary {turns - 1}.\n</previous_summary>" in last  # ...and what came before
+        assert len(summary_requests[-1]["messages"][0]["content"]) - len(summary_requests[-2]["messages"][0]["content"]) < 5
 
     def test_the_shopping_assistant_keeps_the_list_through_its_tools(self):
         session = make_session(owner=self.alice, component_id="shopping")

@@ -7,7 +7,7 @@ from django.db import connection, connections
 from django.test import TestCase, TransactionTestCase
 from django.test.utils import CaptureQueriesContext
 
-from sessions_core import Agent, RunContext, RunNotFoundError, SessionBusyError, SessionOwnershipError
+from sessions_core import RunContext, RunNotFoundError, SessionBusyError, SessionOwnershipError
 from sessions_core.models import ChatSession, Run, StateChange
 from tests.engine_helpers import EngineTestMixin, Gate, bulk_runs, counts, make_users
 from tests.llm_server import Text, ToolCalls

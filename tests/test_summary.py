@@ -96,6 +96,25 @@ def test_custom_manager_limits_runs_and_uses_its_prompt(openai_model, llm_server
     transcript = llm_server.requests[-1]["messages"][0]["content"]
     assert transcript.startswith("Summarise tersely.")
     assert "second topic" in transcript and "first topic" not in transcript
+    assert "previous_summary" not in transcript  # Agno's window: what is outside it is forgotten
+
+
+def test_a_windowed_summary_can_carry_the_previous_one_so_nothing_outside_the_window_is_lost(openai_model,
+                                                                                               llm_server):
+    manager = SessionSummaryManager(last_n_runs=1, include_previous_summary=True)
+    agent = Agent(model=openai_model, session_summary_manager=manager)
+    summaries = iter(["The user asked about the first topic.", "First and second topics."])
+    llm_server.responder = lambda body: summary_reply(next(summaries)) if is_summary_request(body) else Text("ok")
+
+    agent.run("first topic", session_id="s7", user_id="u")
+    first = llm_server.requests[-1]["messages"][0]["content"]
+    agent.run("second topic", session_id="s7", user_id="u")
+    second = llm_server.requests[-1]["messages"][0]["content"]
+
+    assert "previous_summary" not in first  # none yet
+    assert "<previous_summary>\nThe user asked about the first topic.\n</previous_summary>" in second
+    assert "User: second topic" in second and "User: first topic" not in second
+    assert agent.get_session_summary(session_id="s7", user_id="u").summary == "First and second topics."
 
 
 def test_summary_of_another_users_session_is_refused(openai_model, llm_server):
