@@ -192,6 +192,8 @@ async def serve_fake_model(port: int, tokens: int, delay: float, ready: Callable
     from tests.llm_server import _chunk, _usage, is_summary_request, is_title_request
 
     words = [f"word{number} " for number in range(tokens)]
+    # BENCH_ARRIVALS=<file>: when each reply's request arrived (wall clock) and its last user message.
+    arrivals = open(os.environ["BENCH_ARRIVALS"], "a", buffering=1) if os.environ.get("BENCH_ARRIVALS") else None
 
     def answer(body: dict) -> tuple[list[str], float]:
         if is_title_request(body):
@@ -216,6 +218,10 @@ async def serve_fake_model(port: int, tokens: int, delay: float, ready: Callable
                         length = int(value)
                 body = json.loads(await reader.readexactly(length) or b"{}")
                 parts, pause = answer(body)
+                if arrivals is not None and pause:
+                    said = next((m.get("content") for m in reversed(body.get("messages") or [])
+                                 if m.get("role") == "user"), "")
+                    arrivals.write(f"{time.time():.6f}\t{json.dumps(said)}\n")
                 if not body.get("stream"):
                     message = {"role": "assistant", "content": "".join(parts)}
                     data = json.dumps({"id": "chatcmpl-load", "object": "chat.completion", "created": 0,

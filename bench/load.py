@@ -55,6 +55,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 # Shared by the server and this process, which signs the clients in (session rows and their auth hashes).
 SECRET_KEY = secrets.token_urlsafe(50)
+# Where the fake model notes when each reply's request arrived (bench/_support.serve_fake_model).
+ARRIVALS = os.path.join(tempfile.gettempdir(), f"bench-arrivals-{os.getpid()}.tsv")
 
 
 # -- services --------------------------------------------------------------------------------------
@@ -106,7 +108,7 @@ def services(pg_url: str | None, redis_url: str | None):
 
 def start_fake_model(tokens: int) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen([sys.executable, __file__, "--fake-model", "--tokens", str(tokens)],
-                               stdout=subprocess.PIPE, text=True, cwd=ROOT)
+                               stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "BENCH_ARRIVALS": ARRIVALS})
     port = int(process.stdout.readline())
     return process, f"http://127.0.0.1:{port}/v1"
 
@@ -320,6 +322,9 @@ def check_stored(clients: list[Client], turns: int) -> tuple[int, int]:
 
 @dataclass
 class Turn:
+    sent_at: float = math.nan  # wall clock at the send
+    text: str = ""  # the message sent
+    to_model: float = math.nan  # seconds from the send to its reply's request reaching the model
     first: float = math.nan  # seconds from the send to the first text frame
     last: float = math.nan  # ...to the last one
     gaps: list[float] = field(default_factory=list)  # between text frames
@@ -363,8 +368,9 @@ async def chat(client: Client, port: int, turns: int, start: asyncio.Barrier, ti
             for number in range(turns):
                 turn = Turn()
                 done.append(turn)
-                sent = time.perf_counter()
-                await ws.send(json.dumps({"type": "send", "text": f"Tell me about load, part {number + 1}."}))
+                turn.text = f"Tell me about load, part {number + 1} ({client.session_pk})."
+                sent, turn.sent_at = time.perf_counter(), time.time()
+                await ws.send(json.dumps({"type": "send", "text": turn.text}))
                 previous = None
                 async with asyncio.timeout(timeout):
                     while True:
@@ -428,6 +434,7 @@ class Figures:
     def row(self) -> tuple[str, ...]:
         good = [turn for turn in self.turns if not turn.error]
         first = [turn.first * 1000 for turn in good]
+        to_model = [turn.to_model * 1000 for turn in good if not math.isnan(turn.to_model)]
         last = [turn.last * 1000 for turn in good]
         gaps = [gap * 1000 for turn in good for gap in turn.gaps]
 
@@ -436,13 +443,15 @@ class Figures:
 
         errors = len(self.turns) - len(good)
         tokens = self.tokens * len(good)
-        return (self.label, str(self.clients), str(len(self.turns)), pct(first, 50), pct(first, 99), pct(gaps, 99),
+        return (self.label, str(self.clients), str(len(self.turns)), pct(to_model, 50), pct(to_model, 99),
+                pct(first, 50), pct(first, 99), pct(gaps, 99),
                 pct(last, 50), pct(last, 99), str(errors),
                 f"{self.cpu / tokens * 1e6:,.0f}" if tokens else "-", f"{self.cpu * 1000 / max(1, len(good)):,.1f}",
                 f"{self.rss:,.0f}")
 
 
-HEADER = ("code", "N", "messages", "first p50 ms", "first p99", "gap p99", "last p50", "last p99", "errors",
+HEADER = ("code", "N", "messages", "to model p50 ms", "to model p99", "first p50", "first p99", "gap p99", "last p50",
+          "last p99", "errors",
           "CPU us/token", "CPU ms/message", "RSS MB")
 
 
@@ -463,6 +472,9 @@ def measure(server: Server, label: str, clients: int, waves: int, turns: int, ti
             time.sleep(1.0)  # py-spy attaches
         turns_done = asyncio.run(wave(batch, server.port, turns, timeout, page))
         server.wait_quiet()
+        arrived = read_arrivals()
+        for turn in turns_done:
+            turn.to_model = arrived.get(turn.text, math.nan) - turn.sent_at
         figures.cpu += server.cpu() - before
         if spy is not None:
             spy.send_signal(signal.SIGINT)
@@ -477,6 +489,16 @@ def measure(server: Server, label: str, clients: int, waves: int, turns: int, ti
             figures.missing_runs = max(0, figures.missing_runs) + missing
     figures.rss = max(rss_mb(pid) for pid in server.workers())
     return figures
+
+
+def read_arrivals() -> dict[str, float]:
+    """When each message's reply request reached the fake model (the newest, by the message's text)."""
+    arrived = {}
+    with contextlib.suppress(OSError):
+        for line in Path(ARRIVALS).read_text().splitlines():
+            at, _, said = line.partition("\t")
+            arrived[json.loads(said)] = float(at)
+    return arrived
 
 
 def read_counts(path: str) -> dict:
@@ -571,6 +593,8 @@ def main() -> None:
     finally:
         model.terminate()
         model.wait()
+        with contextlib.suppress(OSError):
+            os.remove(ARRIVALS)
     print()
     _support.print_table(rows)
     print()

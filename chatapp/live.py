@@ -113,6 +113,7 @@ class LiveRun:
     pending_changes: list[dict] = field(default_factory=list)  # timeline entries stored when the run ends
     steps: dict[str, bool] = field(default_factory=dict)  # step and member runs shown: run id -> is a member
     ending: bool = False  # a final event arrived: the engine is storing the outcome
+    row_pushed: asyncio.Task | None = None  # the sidebar row pushed as the run started (off its first token's path)
 
     @property
     def text(self) -> str:
@@ -698,10 +699,11 @@ async def _started(runner: SessionRunner, item: Pending, session: ChatSession, e
     pk = runner.session_pk
     await _to_session(pk, html + rendering.render_status("Generating a reply…"))
     # The sidebar row, running and at the top (with the fallback title of a new chat), as the engine's
-    # start has just stored it (its lease, its last activity).
+    # start has just stored it (its lease, its last activity): beside the reply's first text rather
+    # than before it, and always before the row the run's end pushes (_finished waits for it).
     session.last_activity_at = timezone.now()
     session.lease_expires_at = session.last_activity_at + timedelta(seconds=LEASE_SECONDS)
-    await push_row(session, to_top=True)
+    live.row_pushed = asyncio.create_task(push_row(session, to_top=True), name=f"chat-row-{pk}")
     if item.cancelled:  # Stop was pressed before the run started
         await _stop_here(runner, live)
     return live
@@ -775,6 +777,11 @@ def _render_finished(live: LiveRun, session: ChatSession, item: Pending) -> tupl
 
 async def _finished(runner: SessionRunner, item: Pending, live: LiveRun, session: ChatSession) -> None:
     pk = runner.session_pk
+    if live.row_pushed is not None:  # the running row goes before the finished one (and renders what it had)
+        try:
+            await live.row_pushed
+        except Exception:  # noqa: BLE001 - a row not pushed is redrawn by the one below
+            logger.warning("The sidebar row of session %s was not pushed as its run started", pk, exc_info=True)
     html, status = await dbthreads.run(_render_finished, live, session, item)
     runner.current = None
     note, kind = _STATUS_NOTES.get(status, ("Reply finished.", "info"))

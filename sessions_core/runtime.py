@@ -388,7 +388,7 @@ class RunLoop:
         start = _Start(session_pk=session.pk, base_version=session.state_version, summary=session.summary,
                        base_text=session.state_text, state=merged.state, state_text=merged.text,
                        changes=merged.changes, state_error=merged.error)
-        if config.add_history_to_context and session.pk:  # a new session has no history yet
+        if config.add_history_to_context and session.last_seq:  # a session with no messages has no history yet
             start.history = history_module.history(store, session.pk, config.num_history_runs,
                                                    config.num_history_messages)
         system = prompt.system_message(config, {**start.state, **self._injected()}, self.user_id, start.summary)
