@@ -16,7 +16,9 @@ its own (`_support.serve_fake_model`: 200 words at 5 ms apart, short title and s
 Each client is its own user (created in the database beforehand, signed in by a session cookie made
 for it), with a new chat (created as the New chat view creates one), and sends over its own websocket.
 A wave: every client connects, then all send at once; each records when the first and the last text
-frame of the reply arrived and the gaps between text frames, until the run's final form arrives. Fewer
+frame of the reply arrived and the gaps between text frames, until the run's final form arrives, and
+the fake model notes when each reply's request reached it ("to model": the app's work before the model
+is called). Fewer
 than --min-messages clients make several waves (fresh users and chats each time). Server CPU is the
 user+system time of the server's processes (/proc) from the send until they are idle again (titles
 and summaries included), per streamed token; RSS is the largest worker's at the end.
