@@ -18,6 +18,7 @@ from django.db import transaction
 from . import branches
 from . import state as state_module
 from .bridge import call_sync, run_sync
+from .errors import SessionNotFoundError
 from .history import ChatMessage, chat_history
 from .models import ChatSession, Message, NameSource, Run, RunStatus
 from .outputs import RunOutput
@@ -191,16 +192,25 @@ class SessionAccessors:
             source = NameSource.AUTO if generated else NameSource.FALLBACK
 
         def save():
-            with transaction.atomic(using=self.db_alias):
-                session = self._owned(session_id, user_id, lock=True)
-                # A generated title never replaces one the user chose (checked under the row lock), and a
-                # fallback (the model failed) never replaces a title that is already there.
-                keep = autogenerate and (session.name_source == NameSource.USER
-                                         or (source == NameSource.FALLBACK and session.name))
-                if not keep:
-                    session.name, session.name_source = session_name.strip()[:200], source
-                    session.save(update_fields=["name", "name_source"])
-                return self._session_view(session)
+            session = self._owned(session_id, user_id)
+            name = session_name.strip()[:200]
+            rows = ChatSession.objects.using(self.db_alias).filter(pk=session.pk)
+            if autogenerate:
+                # A generated title never replaces one the user chose, and a fallback (the model failed)
+                # never replaces a title that is already there: checked by the UPDATE itself, under the
+                # row lock it takes, so a rename meanwhile is never overwritten (one statement, no lock
+                # held across two).
+                rows = rows.exclude(name_source=NameSource.USER)
+                if source == NameSource.FALLBACK:
+                    rows = rows.filter(name="")
+            if rows.update(name=name, name_source=source):
+                session.name, session.name_source = name, source
+            else:  # kept: the title as it is now (a session deleted a moment ago: not found, as before)
+                try:
+                    session.refresh_from_db(using=self.db_alias, fields=["name", "name_source"])
+                except ChatSession.DoesNotExist:
+                    raise SessionNotFoundError(session.session_id) from None
+            return self._session_view(session)
 
         return await call_sync(save)
 

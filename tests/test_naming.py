@@ -81,3 +81,20 @@ def test_offline_model_titles_from_the_first_message():
     assert 0 < len(title.split()) <= 5
     assert '"' not in title
     assert title.lower().startswith("help me plan")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rename_made_while_the_title_is_generated_is_kept(openai_model, llm_server):
+    agent = Agent(model=openai_model)
+    llm_server.add(Text("ok"))
+    agent.run("Plan the garden", session_id="n7", user_id="u")
+
+    def rename_then_answer(body):  # the user renames the chat while the model writes its title
+        ChatSession.objects.filter(session_id="n7").update(name="My garden", name_source=NameSource.USER)
+        return Text("Garden plans")
+
+    llm_server.responder = rename_then_answer
+    session = agent.set_session_name(session_id="n7", autogenerate=True, user_id="u")
+
+    assert (session.session_name, session.name_source) == ("My garden", NameSource.USER)
+    assert ChatSession.objects.values_list("name", "name_source").get(session_id="n7") == ("My garden", "user")
