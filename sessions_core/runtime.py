@@ -539,7 +539,10 @@ class RunLoop:
             store.finish_run(self.run_pk, state_version=None, now=now, **self._outcome(status, error))
 
     def _flush_sync(self) -> None:
-        with RunStore(self.alias) as store, store.atomic():
+        pending = self.root.pending
+        # One function step's row alone is one INSERT, atomic by itself: no transaction around it.
+        alone = len(pending) == 1 and pending[0].child is not None
+        with RunStore(self.alias) as store, store.atomic(one_statement=alone):
             self._flush_pending(store)
 
     def _flush_pending(self, store: RunStore) -> None:

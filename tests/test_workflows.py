@@ -529,6 +529,22 @@ class TestQueries(WorkflowTestCase):
         assert statements[0] == statements[1]
 
 
+class TestStepRowStatements(EngineTestMixin, TransactionTestCase):
+    def test_each_function_step_of_a_chain_adds_one_statement_and_no_transaction(self):
+        # (Outside a test's transaction, as served: a row written alone is one statement in autocommit.)
+        def statements(steps: int) -> list[str]:
+            workflow = Workflow(name="Chain", steps=[Step(name=f"s{n}", executor=count_up) for n in range(steps)])
+            workflow.run("warm up", session_id=f"chain{steps}")
+            with CaptureQueriesContext(connection) as queries:
+                workflow.run("go", session_id=f"chain{steps}")
+            return [query["sql"].split()[0].upper() for query in queries]
+
+        one, three = statements(1), statements(3)
+        # The two earlier steps' rows: one INSERT each before the next step runs; the last goes with the finish.
+        assert len(three) - len(one) == 2  # (their state changes go in the finish's one INSERT of changes)
+        assert three.count("BEGIN") == one.count("BEGIN") and three.count("SAVEPOINT") == one.count("SAVEPOINT")
+
+
 class TestConcurrency(EngineTestMixin, TransactionTestCase):
     def test_two_workflow_runs_on_one_session_at_once_both_persist_and_lose_nothing(self):
         workflow = Workflow(name="C", steps=[count_up, Step(name="again", executor=count_up)],
