@@ -267,7 +267,7 @@ class RunLoop:
             stream_events = self.config.stream_events
             if stream_events:
                 yield self._event(SessionSummaryStartedEvent)
-            summary = await aupdate_session_summary(self.config, start.session_pk, self.session_id)
+            summary = await aupdate_session_summary(self.config, start.session_pk, self.session_id, start.summary)
             if stream_events:
                 yield self._event(SessionSummaryCompletedEvent, session_summary=summary and summary.to_dict())
 

@@ -99,11 +99,15 @@ class SessionSummaryManager:
         return SessionSummary(summary=str(data["summary"]).strip(), topics=topics, updated_at=timezone.now())
 
 
-async def aupdate_session_summary(config, session_pk: int, session_id: str) -> SessionSummary | None:
-    """Regenerate the summary after a successful run. A failure keeps the previous one and is logged."""
+async def aupdate_session_summary(config, session_pk: int, session_id: str,
+                                  stored: dict | None = None) -> SessionSummary | None:
+    """Regenerate the summary after a successful run. A failure keeps the previous one and is logged.
+    `stored` is the summary as the run's start read it (the run held the session since): the previous
+    summary a manager with `include_previous_summary` sends on, read no second time."""
     manager = config.session_summary_manager or SessionSummaryManager()
     alias = config.alias
-    messages, previous = await call_sync(_summary_input, session_pk, alias, manager)
+    messages = await call_sync(completed_messages, session_pk, alias, manager.last_n_runs)
+    previous = SessionSummary.from_dict(stored) if manager.include_previous_summary else None
     try:
         summary = await manager.acreate(config.model, messages, previous)
     except Exception:
@@ -113,13 +117,3 @@ async def aupdate_session_summary(config, session_pk: int, session_id: str) -> S
         lambda: ChatSession.objects.using(alias).filter(pk=session_pk).update(summary=summary.to_dict())
     )
     return summary
-
-
-def _summary_input(session_pk: int, alias: str, manager: SessionSummaryManager):
-    """The messages to summarise and, when the manager carries it on, the summary as stored now."""
-    messages = completed_messages(session_pk, alias, manager.last_n_runs)
-    previous = None
-    if manager.include_previous_summary:
-        stored = ChatSession.objects.using(alias).filter(pk=session_pk).values_list("summary", flat=True).first()
-        previous = SessionSummary.from_dict(stored)
-    return messages, previous
