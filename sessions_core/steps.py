@@ -276,8 +276,7 @@ async def run_sequence(steps: list[_Primitive], context: StepContext, step_input
     previous = dict(step_input.previous_step_outputs)
     content = step_input.previous_step_content
     for step in steps:
-        current = StepInput(input=step_input.input, previous_step_content=content, previous_step_outputs=dict(previous),
-                            additional_data=step_input.additional_data, workflow_history=step_input.workflow_history)
+        current = replace(step_input, previous_step_content=content, previous_step_outputs=dict(previous))
         output = None
         async with aclosing(step.execute(context, current)) as executed:
             async for item in executed:
