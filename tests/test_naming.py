@@ -1,6 +1,7 @@
 import asyncio
 
 import pytest
+from django.db import connections
 
 from sessions_core import Agent
 from sessions_core.history import ChatMessage
@@ -90,7 +91,12 @@ def test_a_rename_made_while_the_title_is_generated_is_kept(openai_model, llm_se
     agent.run("Plan the garden", session_id="n7", user_id="u")
 
     def rename_then_answer(body):  # the user renames the chat while the model writes its title
-        ChatSession.objects.filter(session_id="n7").update(name="My garden", name_source=NameSource.USER)
+        try:
+            ChatSession.objects.filter(session_id="n7").update(name="My garden", name_source=NameSource.USER)
+        finally:
+            # The model server's request thread: nothing else closes its connection, which would keep
+            # PostgreSQL from dropping the test database at the end of the run.
+            connections.close_all()
         return Text("Garden plans")
 
     llm_server.responder = rename_then_answer
