@@ -142,6 +142,10 @@ def _fresh_session(user, session_pk: int) -> ChatSession | None:
     return ChatSession.objects.for_user(user).alive().filter(pk=session_pk).first()
 
 
+def _socket_session(user, session_id: str) -> ChatSession | None:
+    return ChatSession.objects.for_user(user).alive().filter(session_id=session_id).first()
+
+
 async def _current_session(user, session_pk: int) -> ChatSession | None:
     """The socket's session as stored now (None once in the trash): one query, on the web's own database
     threads (chatapp/dbthreads.py), not behind the runs' engine work."""
@@ -165,12 +169,12 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self.close(code=4401)
             return
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
-        session = await ChatSession.objects.for_user(user).alive().filter(session_id=session_id).afirst()
+        # A plain User for the run tasks: the one Channels' AuthMiddleware loaded behind its lazy wrapper.
+        self.user = getattr(user, "_wrapped", user)
+        session = await dbthreads.run(_socket_session, self.user, session_id)  # not behind the engine's queries
         if session is None:
             await self.close(code=4403)
             return
-        # A plain User for the run tasks: the one Channels' AuthMiddleware loaded behind its lazy wrapper.
-        self.user = getattr(user, "_wrapped", user)
         self.session = session
         self.follower = live.Follower(session, self.channel_name, self._send_html)
         self.joined = [session_group(session.pk), user_group(user.pk)]

@@ -830,7 +830,14 @@ def _missed(session_pk: int, last_run: str | None, running: str, skip: str) -> t
 
 
 async def missed_html(session_pk: int, last_run: str | None, running: str = "", skip: str = "") -> tuple[str, bool]:
-    return await sync_to_async(_missed)(session_pk, last_run, running, skip)
+    return await dbthreads.run(_missed, session_pk, last_run, running, skip)
+
+
+def _catch_up_reads(session_pk: int, last_run: str | None, running: str, skip: str):
+    """A (re)connected page's reads together: what it has not seen (when it said what it shows) and the
+    messages waiting for their run."""
+    html, append = _missed(session_pk, last_run, running, skip) if last_run is not None or running else ("", False)
+    return html, append, list(QueuedMessage.objects.filter(session_id=session_pk).order_by("pk"))
 
 
 def _state_panel(session_pk: int, owner_pk: int | None) -> str:
@@ -888,15 +895,15 @@ class Follower:
             # its final form below, with the runs it shows as running or has not seen. (Only a lease
             # left taken can mean one: the row was read as the socket connected.)
             settled = await settle_abandoned(pk)
-        if "last_run" in first or "running" in first:
-            last_run = first["last_run"][:ID_MAX] if "last_run" in first else None
-            running = first.get("running", "")[: ID_MAX * 4]
-            html, append = await missed_html(pk, last_run, running, skip=current.run_id if current else "")
-            if html:
-                await self.send(html)
+        last_run = first["last_run"][:ID_MAX] if "last_run" in first else None
+        running = first.get("running", "")[: ID_MAX * 4]
+        # One trip to a web database thread (not the one the engine's queries use), for both reads.
+        html, append, rows = await dbthreads.run(_catch_up_reads, pk, last_run, running,
+                                                 current.run_id if current else "")
+        if html:
+            await self.send(html)
         if settled:
             await self.send(rendering.render_status(*INTERRUPTED_NOTE))
-        rows = await queued(pk)
         if first.get("reconnect") or rows:
             await self.send(rendering.render_queue(rows))
         if first.get("reconnect"):
