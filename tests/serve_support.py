@@ -85,7 +85,8 @@ def production_env(**extra) -> dict[str, str]:
 
 
 class WebSocket:
-    """The smallest client of RFC 6455 the test needs: text frames, masked as a client must."""
+    """The smallest client of RFC 6455 the test needs: text frames, masked as a client must, and the
+    server's pings answered (uvicorn pings every 20 s; a long test on a busy machine gets one)."""
 
     def __init__(self, port: int, path: str, headers: dict[str, str]):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -94,16 +95,19 @@ class WebSocket:
                  f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13",
                  *(f"{name}: {value}" for name, value in headers.items())]
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        self.buffer = b""
+        self.buffer, self.pings = b"", 0
         while b"\r\n\r\n" not in self.buffer:
             self.buffer += self.sock.recv(4096)
         head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
         assert head.startswith(b"HTTP/1.1 101"), head
 
     def send(self, text: str) -> None:
-        payload, mask = text.encode(), secrets.token_bytes(4)
-        length = len(payload)
-        header = bytes([0x81]) + (bytes([0x80 | length]) if length < 126 else bytes([0x80 | 126]) + struct.pack("!H", length))
+        self._send_frame(0x1, text.encode())
+
+    def _send_frame(self, opcode: int, payload: bytes) -> None:
+        mask, length = secrets.token_bytes(4), len(payload)
+        header = bytes([0x80 | opcode]) + (bytes([0x80 | length]) if length < 126
+                                           else bytes([0x80 | 126]) + struct.pack("!H", length))
         self.sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
 
     def _read(self, count: int) -> bytes:
@@ -116,16 +120,35 @@ class WebSocket:
         return data
 
     def receive(self) -> str:
+        """The next text frame (a ping on the way is answered, a pong skipped)."""
+        while (payload := self._next_frame()) is None:
+            pass
+        return payload
+
+    def answer_pings(self, count: int) -> None:
+        """Read until the server has pinged `count` times more, each answered (text frames meanwhile are
+        an error here: the caller expects none)."""
+        goal = self.pings + count
+        while self.pings < goal:
+            payload = self._next_frame()
+            assert payload is None, payload
+
+    def _next_frame(self) -> str | None:
+        """One frame: a text frame's text, or None for a ping (answered) or a pong."""
         first, second = self._read(2)
         length = second & 0x7F
         if length == 126:
             length = struct.unpack("!H", self._read(2))[0]
         elif length == 127:
             length = struct.unpack("!Q", self._read(8))[0]
-        payload = self._read(length)
-        if first & 0x0F == 0x8:
+        payload, opcode = self._read(length), first & 0x0F
+        if opcode == 0x8:
             raise ConnectionError(f"closed: {payload!r}")
-        return payload.decode()
+        if opcode == 0x9:
+            self.pings += 1
+            self._send_frame(0xA, payload)
+            return None
+        return None if opcode == 0xA else payload.decode()
 
     def close(self) -> None:
         self.sock.close()

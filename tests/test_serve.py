@@ -31,9 +31,14 @@ def static_root():
         yield folder
 
 
+# uvicorn pings every socket (every 20 s by default) and closes one that does not answer in time: these
+# servers ping often, so every socket test here meets pings and the test client must answer them.
+PINGS_OFTEN = {"UVICORN_WS_PING_INTERVAL": "0.5", "UVICORN_WS_PING_TIMEOUT": "5"}
+
+
 @pytest.fixture(scope="module")
 def served(django_db_setup, django_db_blocker, llm_server_session, static_root):
-    env = production_env(DATABASE_URL=_test_database_url(), STATIC_ROOT=static_root,
+    env = production_env(DATABASE_URL=_test_database_url(), STATIC_ROOT=static_root, **PINGS_OFTEN,
                          OPENAI_BASE_URL=llm_server_session.base_url, OPENAI_API_KEY="test", OPENAI_TIMEOUT="10")
     server = Server(["bash", "scripts/serve"], env)
     yield server
@@ -126,6 +131,19 @@ def test_a_chat_streams_through_the_production_server(served, llm_server, settin
     assert "word by word" in frames[-1]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_socket_that_answers_the_servers_pings_stays_open(served, settings):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Chat")
+    ws = logged_in_socket(served, session, session_cookie(alice, settings, served))
+    try:
+        ws.answer_pings(3)
+        ws.send(json.dumps({"type": "nonsense"}))
+        assert "Unknown request type." in ws.receive()
+    finally:
+        ws.close()
+
+
 # -- WEB_CONCURRENCY: worker processes on one port ----------------------------------------------------
 
 
@@ -164,7 +182,7 @@ def socket_on_worker(server: Server, connect: Callable[[], WebSocket], wanted: C
 def served_by_two(request, django_db_setup, django_db_blocker, llm_server_session, static_root):
     redis = request.getfixturevalue("redis_url")  # the browser tests' Redis (scripts/test's, or one of its own)
     env = production_env(DATABASE_URL=_test_database_url(), STATIC_ROOT=static_root, REDIS_URL=redis,
-                         WEB_CONCURRENCY="2", OPENAI_BASE_URL=llm_server_session.base_url, OPENAI_API_KEY="test",
+                         WEB_CONCURRENCY="2", **PINGS_OFTEN, OPENAI_BASE_URL=llm_server_session.base_url, OPENAI_API_KEY="test",
                          OPENAI_TIMEOUT="10")
     server = Server(["bash", "scripts/serve"], env)
     yield server
