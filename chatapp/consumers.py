@@ -138,18 +138,15 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame
     return Frame(kind)
 
 
-def _fresh_session(user, session_pk: int) -> ChatSession | None:
-    return ChatSession.objects.for_user(user).alive().filter(pk=session_pk).first()
-
-
-def _socket_session(user, session_id: str) -> ChatSession | None:
-    return ChatSession.objects.for_user(user).alive().filter(session_id=session_id).first()
+def _alive_session(user, **lookup) -> ChatSession | None:
+    """The user's session (by pk or session_id) unless it is in the trash."""
+    return ChatSession.objects.for_user(user).alive().filter(**lookup).first()
 
 
 async def _current_session(user, session_pk: int) -> ChatSession | None:
     """The socket's session as stored now (None once in the trash): one query, on the web's own database
     threads (chatapp/dbthreads.py), not behind the runs' engine work."""
-    return await dbthreads.run(_fresh_session, user, session_pk)
+    return await dbthreads.run(_alive_session, user, pk=session_pk)
 
 
 class NotFoundConsumer(AsyncWebsocketConsumer):
@@ -171,7 +168,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
         # A plain User for the run tasks: the one Channels' AuthMiddleware loaded behind its lazy wrapper.
         self.user = getattr(user, "_wrapped", user)
-        session = await dbthreads.run(_socket_session, self.user, session_id)  # not behind the engine's queries
+        session = await dbthreads.run(_alive_session, self.user, session_id=session_id)  # not behind the engine's queries
         if session is None:
             await self.close(code=4403)
             return

@@ -161,9 +161,13 @@ def live_run(session_pk: int) -> LiveRun | None:
     return runner.current if runner else None
 
 
-async def queued(session_pk: int) -> list[QueuedMessage]:
+def _waiting(session_pk: int):
     """The session's messages waiting for their run, oldest first (in this process or another)."""
-    return [row async for row in QueuedMessage.objects.filter(session_id=session_pk).order_by("pk")]
+    return QueuedMessage.objects.filter(session_id=session_pk).order_by("pk")
+
+
+async def queued(session_pk: int) -> list[QueuedMessage]:
+    return [row async for row in _waiting(session_pk)]
 
 
 async def wait_idle(timeout: float = 30) -> None:
@@ -837,7 +841,7 @@ def _catch_up_reads(session_pk: int, last_run: str | None, running: str, skip: s
     """A (re)connected page's reads together: what it has not seen (when it said what it shows) and the
     messages waiting for their run."""
     html, append = _missed(session_pk, last_run, running, skip) if last_run is not None or running else ("", False)
-    return html, append, list(QueuedMessage.objects.filter(session_id=session_pk).order_by("pk"))
+    return html, append, list(_waiting(session_pk))
 
 
 def _state_panel(session_pk: int, owner_pk: int | None) -> str:
