@@ -224,9 +224,28 @@ def diff_onto(snapshot: dict, live: Mapping) -> tuple[list, list] | None:
     except _NotNative:
         return None
     undo.reverse()
-    if patch:
-        jsonpatch.apply_patch(snapshot, orjson.loads(orjson.dumps(patch)), in_place=True)
+    _apply_native(snapshot, patch)
     return patch, undo
+
+
+def _apply_native(tree: dict, patch: list) -> None:
+    """Apply a patch made by `_diff` (add, remove and replace below the root, values of JSON's own types)
+    to `tree` in place, each value copied so that `tree` shares no container with the patch."""
+    for op in patch:
+        parts = [part.replace("~1", "/").replace("~0", "~") for part in op["path"].split("/")[1:]]
+        parent = tree
+        for part in parts[:-1]:
+            parent = parent[int(part)] if type(parent) is list else parent[part]
+        key, name = parts[-1], op["op"]
+        if type(parent) is list:
+            key = int(key)
+            if name == "add":
+                parent.insert(key, copy_tree(op["value"]))
+                continue
+        if name == "remove":
+            del parent[key]
+        else:
+            parent[key] = copy_tree(op["value"])
 
 
 def copy_tree(tree):

@@ -736,6 +736,7 @@ class TestStateFunctions(SimpleTestCase):
             live_ids = {id(node) for node in containers(live)}
             assert not live_ids & {id(node) for node in containers(snapshot_)}
             assert not live_ids & {id(node) for node in containers(got[0])}
+            assert not {id(node) for node in containers(got[0])} & {id(node) for node in containers(snapshot_)}
 
     def test_copy_tree_copies_every_container_and_keeps_every_type(self):
         words = [f"w{n}" for n in range(40)]
