@@ -738,6 +738,21 @@ class TestStateFunctions(SimpleTestCase):
             assert not live_ids & {id(node) for node in containers(got[0])}
             assert not {id(node) for node in containers(got[0])} & {id(node) for node in containers(snapshot_)}
 
+    def test_diff_onto_follows_escaped_keys(self):
+        """Keys with "/" and "~" (escaped in the patch's paths) and numeric keys of a dict are found."""
+        stored = {"a/b": {"~1": [1, 2], "0": "x"}, "~": {"/": 1}}
+        live = json.loads(json.dumps(stored))
+        live["a/b"]["~1"].insert(1, {"n": [3]})
+        live["a/b"]["0"] = "y"
+        live["~"]["/"] = 2
+        live["~"]["~0/~1"] = [4]
+        snapshot_ = json.loads(json.dumps(stored))
+
+        patch, _ = state_module.diff_onto(snapshot_, live)
+
+        assert {op["path"] for op in patch} == {"/a~1b/~01/1", "/a~1b/0", "/~0/~1", "/~0/~00~1~01"}
+        assert snapshot_ == live
+
     def test_copy_tree_copies_every_container_and_keeps_every_type(self):
         words = [f"w{n}" for n in range(40)]
         tree = {"words": words, "mixed": [1, 1.0, True, None, *words, {"k": [1]}], "big": dict.fromkeys(words, 1.0),
