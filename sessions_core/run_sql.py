@@ -237,15 +237,22 @@ class RunSQL:
     def start_together(self, messages: int) -> str:
         """PostgreSQL: insert the run, its first `messages` messages and take the lease as one
         statement, which returns the run's id. One round trip instead of three."""
-        key = ("start", messages)
+        return self._run_with_messages("start", messages, f", leased AS ({self._take_lease_after_new_run})")
+
+    def start_child_together(self, messages: int) -> str:
+        """PostgreSQL: insert a step's or member's run and its first `messages` messages as one
+        statement, which returns the run's id. One round trip instead of four (BEGIN, two INSERTs, COMMIT)."""
+        return self._run_with_messages("child", messages)
+
+    def _run_with_messages(self, kind: str, messages: int, then: str = "") -> str:
+        key = (kind, messages)
         statement = self._together.get(key)
         if statement is None:
             statement = self._together[key] = (
                 f"WITH new_run AS ({self.insert_run})"
                 f", new_messages AS (INSERT INTO {self._tables[1]} ({self._message_columns})"
                 f" SELECT {self._first_select} FROM new_run,"
-                f" (VALUES {', '.join([self._first_row] * messages)}) AS v({', '.join(self._first_names)}))"
-                f", leased AS ({self._take_lease_after_new_run})"
+                f" (VALUES {', '.join([self._first_row] * messages)}) AS v({', '.join(self._first_names)})){then}"
                 f" SELECT * FROM new_run"
             )
         return statement
@@ -539,6 +546,18 @@ class RunStore:
         run_pk = self.insert_run(**run)
         self.insert_messages([(row[0], run_pk, *row[2:]) for row in messages])
         self.take_lease(*lease, leaf=run_pk)
+        return run_pk
+
+    def start_child(self, *, run: dict, messages: list[tuple]) -> int:
+        """A step's or member's start: insert its run (`run`: the arguments of `insert_run`) and its first
+        messages (rows as for `insert_messages`, whose run is filled in). Returns the run's id. One
+        statement on PostgreSQL (`RunSQL.start_child_together`), atomic by itself; elsewhere two: call
+        it inside `atomic()` then."""
+        if self.writes_in_one_statement and messages:
+            params = [*self._run_params(**run), *self._message_params(messages, without_run=True)]
+            return self.execute(self.sql.start_child_together(len(messages)), params).fetchone()[0]
+        run_pk = self.insert_run(**run)
+        self.insert_messages([(row[0], run_pk, *row[2:]) for row in messages])
         return run_pk
 
     def start_new_session(self, *, session: ChatSession, run: dict, messages: list[tuple]) -> tuple[int, int] | None:

@@ -488,25 +488,29 @@ class RunLoop:
 
     def _start_child_sync(self) -> None:
         config, root, now = self.config, self.root, timezone.now()
-        # A function step writes its run row alone: one statement, atomic by itself.
-        with RunStore(self.alias) as store, store.atomic(one_statement=config.kind == "function" and not root.pending):
-            self._flush_pending(store)
-            history = []
-            if config.add_history_to_context:
-                history = history_module.step_history(store, root.start.session_pk, config.component_id,
-                                                      config.num_history_runs, config.num_history_messages)
-            first = []
-            if config.kind != "function":  # a function step's input is its run's `input`; it has no messages
-                system = prompt.system_message(config, dict(self.tracker.working), self.user_id, None)
-                first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
-                first.append(ChatMessage(role=Role.USER, content=self.input))
-            self.run_pk = store.insert_run(
-                run_id=self.run_id, session_pk=root.start.session_pk, component_id=config.component_id,
-                input=self.input, model_id=self.model.id if self.model else "", now=now, kind=config.kind,
-                parent_pk=self.parent.run_pk, step_name=self.step_name[:200],
-                history_seqs=[m.seq for m in history] if config.store_history_messages else None)
-            rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, first, root.last_seq, now)
-            store.insert_messages(rows)
+        with RunStore(self.alias) as store:
+            # Its run row and first messages are one statement on PostgreSQL, and a function step's row
+            # alone is one anywhere: atomic by itself, no transaction around it (the history read
+            # before it needs none: the root holds the lease). Earlier steps' ends, when held, go with it.
+            alone = not root.pending and (config.kind == "function" or store.writes_in_one_statement)
+            with store.atomic(one_statement=alone):
+                self._flush_pending(store)
+                history = []
+                if config.add_history_to_context:
+                    history = history_module.step_history(store, root.start.session_pk, config.component_id,
+                                                          config.num_history_runs, config.num_history_messages)
+                first = []
+                if config.kind != "function":  # a function step's input is its run's `input`; it has no messages
+                    system = prompt.system_message(config, dict(self.tracker.working), self.user_id, None)
+                    first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
+                    first.append(ChatMessage(role=Role.USER, content=self.input))
+                rows, root.last_seq = self._message_rows(root.start.session_pk, None, first, root.last_seq, now)
+                self.run_pk = store.start_child(run={
+                    "run_id": self.run_id, "session_pk": root.start.session_pk, "component_id": config.component_id,
+                    "input": self.input, "model_id": self.model.id if self.model else "", "now": now,
+                    "kind": config.kind, "parent_pk": self.parent.run_pk, "step_name": self.step_name[:200],
+                    "history_seqs": [m.seq for m in history] if config.store_history_messages else None,
+                }, messages=rows)
         self.output.messages = first[:-1] + history + first[-1:] if first else history
         self.created_at = now.timestamp()
         self.output.created_at = int(self.created_at)

@@ -203,6 +203,33 @@ class TestWrites(TestCase):
         assert (session.lease_token, session.lease_expires_at, session.last_seq, session.last_activity_at) == (
             "tok", expires, 2, now)
 
+    def test_start_child_inserts_a_step_run_under_its_parent_with_its_first_messages(self):
+        store, now, session = self.store, self.now, self.session
+        parent = Run.objects.create(session=session, input="go", kind="workflow")
+        with store.atomic(one_statement=store.writes_in_one_statement):
+            run_pk = store.start_child(
+                run={"run_id": "s-1", "session_pk": session.pk, "component_id": "keeper", "input": "add milk",
+                     "model_id": "m", "history_seqs": [4], "now": now, "kind": "agent", "parent_pk": parent.pk,
+                     "step_name": "keep"},
+                messages=[(session.pk, None, 5, Role.SYSTEM, "Be brief.", None, "", "", False, now),
+                          (session.pk, None, 6, Role.USER, "add milk", None, "", "", False, now)],
+            )
+            without_messages = store.start_child(
+                run={"run_id": "s-2", "session_pk": session.pk, "component_id": "count", "input": "go",
+                     "model_id": "", "history_seqs": None, "now": now, "kind": "function", "parent_pk": parent.pk,
+                     "step_name": "count"},
+                messages=[],
+            )
+
+        run = Run.objects.get(run_id="s-1")
+        assert (run.pk, run.parent_run_id, run.kind, run.step_name, run.status, run.history_seqs, run.created_at) == (
+            run_pk, parent.pk, "agent", "keep", RunStatus.RUNNING, [4], now)
+        assert list(Message.objects.order_by("seq").values_list("session_id", "run_id", "seq", "role", "content")) == [
+            (session.pk, run_pk, 5, "system", "Be brief."), (session.pk, run_pk, 6, "user", "add milk")]
+        bare = Run.objects.get(run_id="s-2")
+        assert (bare.pk, bare.parent_run_id, bare.kind, bare.messages.count()) == (without_messages, parent.pk,
+                                                                                    "function", 0)
+
     def test_a_new_session_its_first_run_and_messages_are_written_at_once_as_the_orm_would(self):
         store, now = self.store, self.now
         owner = make_user()
