@@ -202,8 +202,9 @@ class StepContext:
 
 
 @functools.lru_cache(maxsize=512)
-def _signature_wants(fn: Callable) -> tuple[bool, bool, bool]:
-    """(run_context, session_state, the step's input) by `fn`'s signature, read once per function."""
+def _signature_wants(fn: Callable) -> tuple[bool, bool, bool, str]:
+    """(run_context, session_state, the step's input) by `fn`'s signature, and what calling it gives
+    ("asyncgen", "coroutine", "generator" or "value"), read once per function."""
     try:
         parameters = inspect.signature(fn).parameters
     except (TypeError, ValueError):
@@ -212,15 +213,21 @@ def _signature_wants(fn: Callable) -> tuple[bool, bool, bool]:
     positional = [name for name, p in parameters.items() if name not in named
                   and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     first = bool(positional) or any(p.kind == p.VAR_POSITIONAL for p in parameters.values())
-    return "run_context" in named, "session_state" in named, first
+    kind = ("asyncgen" if inspect.isasyncgenfunction(fn) else "coroutine" if inspect.iscoroutinefunction(fn)
+            else "generator" if inspect.isgeneratorfunction(fn) else "value")
+    return "run_context" in named, "session_state" in named, first, kind
+
+
+def _wants(fn: Callable) -> tuple[bool, bool, bool, str]:
+    try:
+        return _signature_wants(fn)
+    except TypeError:  # an unhashable callable: read its signature every time
+        return _signature_wants.__wrapped__(fn)
 
 
 def _call_with_context(fn: Callable, first: Any, run_context) -> Callable[[], Any]:
     """`fn(first)` with `run_context` and/or `session_state` passed where its signature asks for them."""
-    try:
-        wants_context, wants_state, wants_first = _signature_wants(fn)
-    except TypeError:  # an unhashable callable: read its signature every time
-        wants_context, wants_state, wants_first = _signature_wants.__wrapped__(fn)
+    wants_context, wants_state, wants_first, kind = _wants(fn)
     kwargs = {}
     if wants_context:
         kwargs["run_context"] = run_context
@@ -228,11 +235,11 @@ def _call_with_context(fn: Callable, first: Any, run_context) -> Callable[[], An
         kwargs["session_state"] = run_context.session_state
     args = (first,) if wants_first else ()
 
-    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+    if kind == "coroutine":
         async def call_async():
-            return fn(*args, **kwargs) if inspect.isasyncgenfunction(fn) else await fn(*args, **kwargs)
+            return await fn(*args, **kwargs)
         return call_async
-    return lambda: fn(*args, **kwargs)
+    return lambda: fn(*args, **kwargs)  # an async generator's is iterated by the caller
 
 
 # --- the primitives ----------------------------------------------------------------------------------
@@ -276,7 +283,9 @@ async def run_sequence(steps: list[_Primitive], context: StepContext, step_input
     previous = dict(step_input.previous_step_outputs)
     content = step_input.previous_step_content
     for step in steps:
-        current = replace(step_input, previous_step_content=content, previous_step_outputs=dict(previous))
+        current = StepInput(input=step_input.input, previous_step_content=content,
+                            previous_step_outputs=dict(previous), additional_data=step_input.additional_data,
+                            workflow_history=step_input.workflow_history)
         output = None
         async with aclosing(step.execute(context, current)) as executed:
             async for item in executed:
@@ -396,10 +405,19 @@ class Step(_Primitive):
             if out.status == RunStatus.CANCELLED:
                 raise Cancelled()
             if out.status == RunStatus.COMPLETED:
-                result = child.step_output or StepOutput(content=out.content)
-                result = replace(result, step_name=self.name, step_id=self.step_id, step_type="step",
-                                 executor_type=self.executor_type, executor_name=self.executor_name,
-                                 step_run_id=child.run_id, metrics=out.metrics)
+                # Named for this step; built field by field (dataclasses.replace costs a function step more
+                # than its state change does) unless the function returned a StepOutput of its own kind.
+                made = child.step_output
+                named = {"step_name": self.name, "step_id": self.step_id, "step_type": "step",
+                         "executor_type": self.executor_type, "executor_name": self.executor_name,
+                         "step_run_id": child.run_id, "metrics": out.metrics}
+                if made is None:
+                    result = StepOutput(content=out.content, **named)
+                elif type(made) is StepOutput:
+                    result = StepOutput(content=made.content, success=made.success, error=made.error,
+                                        stop=made.stop, steps=made.steps, **named)
+                else:
+                    result = replace(made, **named)
                 yield context.event(ev.StepCompletedEvent, run_id=child.run_id, step_name=self.name,
                                     content=result.content, step_output=result)
                 yield result
@@ -430,25 +448,26 @@ def _function_executor(fn: Callable, name: str):
     async def execute(loop) -> AsyncIterator:
         context: StepContext = loop.step_context
         call = _call_with_context(fn, loop.step_input, loop.run_context)
+        kind = _wants(fn)[3]
         tracker = loop.tracker
         result: Any = None
         texts: list[str] = []
         async with tracker.lock:
             tracker.before_touch()
             try:
-                if inspect.isasyncgenfunction(fn):
+                if kind == "asyncgen":
                     async for item in call():
                         result = _collect(item, texts, result)
                         if isinstance(item, ev.BaseRunEvent) and context.stream_executor_events:
                             yield item
-                elif inspect.isgeneratorfunction(fn):
+                elif kind == "generator":
                     generator = await call_sync(call)
                     done = object()
                     while (item := await call_sync(next, generator, done)) is not done:
                         result = _collect(item, texts, result)
                         if isinstance(item, ev.BaseRunEvent) and context.stream_executor_events:
                             yield item
-                elif inspect.iscoroutinefunction(fn):
+                elif kind == "coroutine":
                     result = await call()
                 else:
                     result = await call_sync(call)

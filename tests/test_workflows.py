@@ -222,6 +222,39 @@ class TestStateSharing(WorkflowTestCase):
         assert self.llm.requests[0]["response_format"]["json_schema"]["name"] == "Job"
 
 
+class TestExecutors(WorkflowTestCase):
+    def test_every_kind_of_executor_edits_the_state_and_passes_its_content_on(self):
+        def plain(step_input, session_state):
+            session_state["seen"].append("plain")
+            return "plain done"
+
+        async def awaited(step_input, session_state):
+            await asyncio.sleep(0)
+            session_state["seen"].append("awaited")
+            return StepOutput(content="awaited done")
+
+        def generator(step_input, session_state):
+            session_state["seen"].append("generator")
+            yield "gene"
+            yield "rator done"
+
+        async def async_generator(step_input, session_state):
+            await asyncio.sleep(0)
+            session_state["seen"].append("async generator")
+            yield "async "
+            yield StepOutput(content=f"generator done after {step_input.previous_step_content}")
+
+        output = self.workflow([plain, awaited, generator, async_generator], session_state={"seen": []}).run(
+            "go", session_id="w")
+
+        assert output.status == "completed", output.error
+        assert [result.content for result in output.step_results] == [
+            "plain done", "awaited done", "generator done", "generator done after generator done"]
+        assert output.session_state == {"seen": ["plain", "awaited", "generator", "async generator"]}
+        assert list(StateChange.objects.order_by("version").values_list("source", flat=True)) == ["defaults", *(
+            f"step:{name}/function" for name in ("plain", "awaited", "generator", "async_generator"))]
+
+
 class TestInMemoryDb(MemoryDbTestMixin, WorkflowTestCase):
     def test_state_carries_over_between_runs_with_an_in_memory_db(self):
         workflow = self.workflow([count_up], session_state={"counter": 0}, db=self.db)
