@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import secrets
 import time
-import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -68,6 +68,16 @@ __all__ = ["RunLoop", "RunOutput"]
 
 
 
+def new_run_id() -> str:
+    """A new run's id: a random (version 4) UUID as text, as `str(uuid.uuid4())` writes it, made without
+    the UUID object (which costs a run more than its random bytes do)."""
+    value = int.from_bytes(os.urandom(16), "big")
+    value = value & ~(0xF000 << 64) | (0x4000 << 64)  # version 4
+    value = value & ~(0xC000 << 48) | (0x8000 << 48)  # the RFC 4122 variant
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
 class _Deferred(NamedTuple):
     """A finished child's writes, held for the tree's next write: its messages and its end (its row
     exists: `run_pk`), or, for a function step (`child`), its whole row, stored only then."""
@@ -116,7 +126,7 @@ class RunLoop:
         self.user_ref = user  # a username, a User or None; resolved to a User when a session is created
         self.user_id = user_label(user)
         self.run_state = session_state
-        self.run_id = str(run_id) if run_id else str(uuid.uuid4())
+        self.run_id = str(run_id) if run_id else new_run_id()
         self.parent = parent
         self.root: RunLoop = parent.root if parent is not None else self
         self.branch = branch  # (run id, "regenerate" | "edit"): a sibling of that run (branches.py)
@@ -148,7 +158,7 @@ class RunLoop:
         self.raw_input = input  # as given (a workflow's steps see it unchanged: text, a dict, a model)
         self.additional_data: dict | None = None  # a workflow run's, for its steps
         # Set by the start step (`_begin`).
-        self.start = _Start()
+        self.start = self.root.start if parent is not None else _Start()  # a child works on its root's
         self.started = 0.0
         self.checkpoint_due = 0.0
         self.last_seq = 0  # the seq of the run's last message so far
