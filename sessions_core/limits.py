@@ -8,8 +8,8 @@ tool, manual edits, imports and defaults all go through). Text is measured witho
 (`text_depth` scans it once, outside strings); Python values are walked with a stack
 (`tree_depth`), so a value nested 100,000 deep costs a loop, not a RecursionError.
 
-The limits are Django settings, read at each check (so a test or an operator can change them), with
-the defaults below when a setting is absent; 0 turns a limit off:
+The limits are Django settings, with the defaults below when a setting is absent; 0 turns a limit
+off. A check reads them again whenever the settings changed through `override_settings`:
 
     CHAT_MAX_JSON_DEPTH    deepest nesting of arrays and objects (64)
     CHAT_MAX_JSON_BYTES    largest JSON text, UTF-8 encoded (1,000,000); an import has its own
@@ -47,10 +47,24 @@ class LimitExceeded(ValueError):
         super().__init__(message)
 
 
+_read: dict[str, int] = {}  # the settings as read, for the settings object they were read from
+_read_from: list = [None]
+
+
 def _setting(name: str, default: int) -> int:
+    """A limit's setting, read once per settings object: `override_settings` (and pytest-django's
+    `settings`) put a new one in place, so a changed limit is seen at the next check."""
     from django.conf import settings
 
-    return getattr(settings, name, default)
+    holder = settings._wrapped
+    if holder is not _read_from[0]:
+        _read.clear()
+        _read_from[0] = holder
+    try:
+        return _read[name]
+    except KeyError:
+        value = _read[name] = getattr(settings, name, default)
+        return value
 
 
 def max_json_depth() -> int:

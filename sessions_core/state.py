@@ -414,7 +414,7 @@ def changed_keys(patch: list) -> list[str]:
     for op in patch:
         for pointer in (op.get("path"), op.get("from")):
             if pointer:
-                key = jsonpatch.JsonPointer(pointer).parts[0]
+                key = pointer.split("/", 2)[1].replace("~1", "/").replace("~0", "~")
                 if key not in keys:
                     keys.append(key)
     return keys

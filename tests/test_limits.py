@@ -91,6 +91,18 @@ class TestChecks:
         with pytest.raises(limits.LimitExceeded, match="64"):
             limits.check_text(nested(65), "The message")
 
+    def test_a_changed_setting_is_seen_at_the_next_check_and_the_old_one_again_after(self):
+        from django.test import override_settings
+
+        before = limits.max_json_depth()
+        with override_settings(CHAT_MAX_JSON_DEPTH=before + 5):
+            assert limits.max_json_depth() == before + 5
+            with override_settings(CHAT_MAX_JSON_DEPTH=2):
+                with pytest.raises(limits.LimitExceeded, match="more than 2 levels"):
+                    limits.check_text("[[[]]]", "The message")
+            assert limits.max_json_depth() == before + 5
+        assert limits.max_json_depth() == before
+
     def test_a_change_is_measured_where_it_lands(self, settings):
         settings.CHAT_MAX_JSON_DEPTH = 4
         limits.check_patch([{"op": "add", "path": "/a/b", "value": [[1]]}])  # root, a, b's list, its list

@@ -600,6 +600,9 @@ class TestStateFunctions(SimpleTestCase):
         assert state_module.apply_patch({"a": 1, "b": [1]}, patch) == {"b": [1, 2], "c": {"d": 1}}
         assert state_module.apply_patch({"b": [1, 2], "c": {"d": 1}}, inverse) == {"a": 1, "b": [1]}
         assert sorted(state_module.changed_keys(patch)) == ["a", "b", "c"]
+        # Escaped keys come back as they are named; a key changed twice is listed once.
+        patch, _ = state_module.diff({"a/b": 1, "~x": [1]}, {"a/b": 2, "~x": [2, 3], "": 0})
+        assert state_module.changed_keys(patch) == ["a/b", "~x", ""]
 
     def test_diff_patches_are_small_and_exact(self):
         before = {"items": ["milk", "eggs", "bread"], "n": 1, "flag": True, "k/~": 0}
