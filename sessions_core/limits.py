@@ -26,6 +26,8 @@ import asyncio
 import re
 from itertools import accumulate
 
+from django.conf import settings
+
 DEFAULT_MAX_JSON_DEPTH = 64
 DEFAULT_MAX_JSON_BYTES = 1_000_000
 DEFAULT_MAX_STATE_BYTES = 1_000_000
@@ -49,14 +51,14 @@ class LimitExceeded(ValueError):
 
 _read: dict[str, int] = {}  # the settings as read, for the settings object they were read from
 _read_from: list = [None]
+# Where the lazy settings keep the object they stand for (read without LazyObject's attribute hook).
+_lazy_settings = object.__getattribute__(settings, "__dict__")
 
 
 def _setting(name: str, default: int) -> int:
     """A limit's setting, read once per settings object: `override_settings` (and pytest-django's
     `settings`) put a new one in place, so a changed limit is seen at the next check."""
-    from django.conf import settings
-
-    holder = settings._wrapped
+    holder = _lazy_settings["_wrapped"]
     if holder is not _read_from[0]:
         _read.clear()
         _read_from[0] = holder

@@ -26,6 +26,8 @@ import sqlite3
 from contextlib import contextmanager
 from typing import NamedTuple
 
+import orjson
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections, transaction
 
@@ -356,6 +358,8 @@ class RunStore:
         self._adapt_datetime = ops.adapt_datetimefield_value
         self._adapted: tuple = (None, None)  # a step stamps every row with one `now`: adapt it once
         self._json = lambda value: None if value is None else ops.adapt_json_value(value, None)
+        if self.connection.vendor == "sqlite" and settings.USE_TZ and self.connection.timezone_name == "UTC":
+            self._adapt_datetime, self._json = _sqlite_adapters(ops)
         # SQLite hands back naive datetimes for Django to make aware; psycopg hands back aware ones.
         convert = getattr(ops, "convert_datetimefield_value", None)
         self._read_datetime = (
@@ -629,6 +633,37 @@ class RunStore:
         self.finish_run(run_pk, status=status, content=content, content_type=content_type, error=error,
                         metrics=metrics, state_version=state_version, now=now)
         return True
+
+
+# orjson hands what it would convert on its own terms (datetimes, dataclasses, subclasses of str, int,
+# dict and list) back to the json module's rules, by raising.
+_ORJSON_STRICT = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def _sqlite_adapters(ops):
+    """What Django's SQLite backend makes of an aware UTC datetime and of a JSON value, without its
+    layers of calls (a run adapts a dozen of them): the datetime as naive UTC text, the value as JSON
+    text. Anything else (another zone, a value orjson would write otherwise than the json module: NaN
+    as null, a huge int, a lone surrogate) goes to Django's own adaptation."""
+    utc = datetime.timezone.utc
+
+    def adapt_datetime(value):
+        if value is not None and value.tzinfo is utc:
+            return str(value.replace(tzinfo=None))
+        return ops.adapt_datetimefield_value(value)
+
+    def adapt_json(value):
+        if value is None:
+            return None
+        try:
+            text = orjson.dumps(value, option=_ORJSON_STRICT)
+        except TypeError:
+            return ops.adapt_json_value(value, None)
+        if b"null" in text:  # maybe a NaN or an infinity, which the json module writes as such
+            return ops.adapt_json_value(value, None)
+        return text.decode()
+
+    return adapt_datetime, adapt_json
 
 
 def _load(value):
