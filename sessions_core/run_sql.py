@@ -378,12 +378,21 @@ class RunStore:
         sqlite = connection.vendor == "sqlite"
         self.sql = _statements_for(connection, qmark=self._direct and sqlite)
         self.cursor = self._django_cursor.cursor if self._direct else self._django_cursor
+        if self._direct and connection.vendor == "postgresql":
+            # Parameters bound by the server: psycopg's client-side binding (Django's default) quotes
+            # every parameter into the statement's text in Python, and re-splits a statement of more
+            # than 50 parameters (a finish storing steps) on every call; bound by the server, they are
+            # dumped in C. Every parameter here has a type from its column or its CAST. Never prepared
+            # (poolers), as Django's own server-binding cursor.
+            self.cursor = _server_cursor(connection.connection)
         # Django's SQLite cursor rewrites %s to ? on every call; the statements here come rewritten.
         self._execute = (sqlite3.Cursor.execute.__get__(self.cursor) if self._direct and sqlite
                          else self.cursor.execute)
         return self
 
     def __exit__(self, *exc_info) -> None:
+        if self.cursor is not self._django_cursor and self.cursor is not self._django_cursor.cursor:
+            self.cursor.close()
         self._django_cursor.close()
         self.cursor = self._django_cursor = None
 
@@ -664,6 +673,12 @@ def _sqlite_adapters(ops):
         return text.decode()
 
     return adapt_datetime, adapt_json
+
+
+def _server_cursor(raw_connection):
+    import psycopg  # PostgreSQL only
+
+    return psycopg.Cursor(raw_connection)
 
 
 def _load(value):
