@@ -11,7 +11,8 @@ checks each statement against its ORM equivalent on SQLite and PostgreSQL.
 
 Unless something watches Django's cursor (query logging: DEBUG, assertNumQueries,
 CaptureQueriesContext; or an execute wrapper), the statements go to the database driver's cursor
-directly, with Django's error translation kept, and a step outside any `atomic` block opens and
+directly (on PostgreSQL one that binds parameters on the server), with Django's error translation
+kept, and a step outside any `atomic` block opens and
 commits its transaction itself. Django's cursor and `atomic` layers cost about 0.35 ms per run on a
 small machine when the interpreter's caches are cold, as they are after each model call (measured
 within one process, alternating runs; bench/engine.py). Inside an `atomic` block (a caller's, or a
