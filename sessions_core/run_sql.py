@@ -354,6 +354,7 @@ class RunStore:
         self.connection = connections[alias]
         self.cursor = None
         self._django_cursor = None
+        self._own_cursor = None  # PostgreSQL, direct: the server-binding cursor opened here
         self._direct = False
         ops = self.connection.ops
         self._adapt_datetime = ops.adapt_datetimefield_value
@@ -385,17 +386,17 @@ class RunStore:
             # than 50 parameters (a finish storing steps) on every call; bound by the server, they are
             # dumped in C. Every parameter here has a type from its column or its CAST. Never prepared
             # (poolers), as Django's own server-binding cursor.
-            self.cursor = _server_cursor(connection.connection)
+            self.cursor = self._own_cursor = _server_cursor(connection.connection)
         # Django's SQLite cursor rewrites %s to ? on every call; the statements here come rewritten.
         self._execute = (sqlite3.Cursor.execute.__get__(self.cursor) if self._direct and sqlite
                          else self.cursor.execute)
         return self
 
     def __exit__(self, *exc_info) -> None:
-        if self.cursor is not self._django_cursor and self.cursor is not self._django_cursor.cursor:
-            self.cursor.close()
+        if self._own_cursor is not None:
+            self._own_cursor.close()
         self._django_cursor.close()
-        self.cursor = self._django_cursor = None
+        self.cursor = self._django_cursor = self._own_cursor = None
 
     def execute(self, sql: str, params=()):
         if self._direct:
