@@ -384,8 +384,9 @@ class RunStore:
             # Parameters bound by the server: psycopg's client-side binding (Django's default) quotes
             # every parameter into the statement's text in Python, and re-splits a statement of more
             # than 50 parameters (a finish storing steps) on every call; bound by the server, they are
-            # dumped in C. Every parameter here has a type from its column or its CAST. Never prepared
-            # (poolers), as Django's own server-binding cursor.
+            # dumped in C. Every parameter here has a type from its column or its CAST. Prepared by the
+            # server as the connection's prepare_threshold says (Django's default: never, for poolers;
+            # the app's settings: after the 5th use).
             self.cursor = self._own_cursor = _server_cursor(connection.connection)
         # Django's SQLite cursor rewrites %s to ? on every call; the statements here come rewritten.
         self._execute = (sqlite3.Cursor.execute.__get__(self.cursor) if self._direct and sqlite

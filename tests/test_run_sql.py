@@ -512,3 +512,21 @@ def run_in_thread(fn):
     thread.start()
     thread.join()
     return result[0]
+
+
+if connection.vendor == "postgresql":  # SQLite has no prepared statements of the server's to show
+
+    class TestPreparedStatements(EngineTestMixin, TransactionTestCase):
+        def test_a_runs_statements_are_prepared_on_the_server_after_their_fifth_use(self):
+            # chatapp/settings.py sets psycopg's prepare_threshold (5); the run's statements bind on the server.
+            assert connection.settings_dict["OPTIONS"]["prepare_threshold"] == 5
+            agent = self.agent()
+            for turn in range(6):
+                self.llm.add(Text("ok"))
+                agent.run(f"turn {turn}", session_id="s")
+
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT statement FROM pg_prepared_statements")
+                prepared = [row[0] for row in cursor.fetchall()]
+            assert any("sessions_core_chatsession" in statement and "FOR UPDATE" in statement
+                       for statement in prepared), prepared

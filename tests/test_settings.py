@@ -17,7 +17,8 @@ VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "
              "CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", "CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR",
              "CHAT_LOGINS_PER_ADDRESS_PER_HOUR", "CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR", "STATIC_ROOT",
              "TRUST_PROXY_HEADERS", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS",
-             "SECURE_HSTS_PRELOAD")
+             "SECURE_HSTS_PRELOAD", "DATABASE_POOL_MAX", "DATABASE_POOL_TIMEOUT",
+             "DATABASE_PREPARED_STATEMENTS")
 
 
 def load(monkeypatch, **env):
@@ -56,6 +57,18 @@ def test_urls_pick_postgres_and_redis(monkeypatch):
 def test_the_connection_pool_can_be_turned_off(monkeypatch):
     settings = load(monkeypatch, DATABASE_URL="postgres://app:pw@db.example:5432/chat", DATABASE_POOL_MAX="0")
     assert "pool" not in settings.DATABASES["default"].get("OPTIONS", {})
+
+
+def test_prepared_statements_on_postgres_unless_turned_off_and_the_url_wins(monkeypatch):
+    url = "postgres://app:pw@db.example:5432/chat"
+    assert load(monkeypatch, DATABASE_URL=url).DATABASES["default"]["OPTIONS"]["prepare_threshold"] == 5
+    off = load(monkeypatch, DATABASE_URL=url, DATABASE_PREPARED_STATEMENTS="false")
+    assert off.DATABASES["default"]["OPTIONS"]["prepare_threshold"] is None  # psycopg: never prepare
+    given = load(monkeypatch, DATABASE_URL=url + "?prepare_threshold=0", DATABASE_PREPARED_STATEMENTS="false")
+    assert given.DATABASES["default"]["OPTIONS"]["prepare_threshold"] == 0
+    assert "prepare_threshold" not in load(monkeypatch).DATABASES["default"].get("OPTIONS", {})  # SQLite
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_PREPARED_STATEMENTS"):
+        load(monkeypatch, DATABASE_URL=url, DATABASE_PREPARED_STATEMENTS="sometimes")
 
 
 def test_a_sockets_channel_holds_what_chat_channel_capacity_says_in_either_layer(monkeypatch):
