@@ -75,7 +75,8 @@ def main() -> None:
                         help="shapes to measure (the breakdown needs them all)")
     parser.add_argument("--skip-sqlite", action="store_true")
     parser.add_argument("--profile", metavar="SHAPE:LENGTH",
-                        help="cProfile --runs runs of one shape at one length instead (SQLite)")
+                        help="cProfile --runs runs of one shape at one length instead "
+                        "(SQLite, or PostgreSQL with --pg-url and --skip-sqlite)")
     parser.add_argument("--show-sql", metavar="SHAPE:LENGTH", help="print the SQL statements of one run of a shape "
                         "(SQLite, or PostgreSQL with --pg-url and --skip-sqlite)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -86,7 +87,7 @@ def main() -> None:
         return
     if args.profile or args.show_sql:
         with tempfile.TemporaryDirectory() as tmp:
-            url = args.pg_url if args.show_sql and args.skip_sqlite and args.pg_url else f"sqlite:///{tmp}/b.sqlite3"
+            url = args.pg_url if args.skip_sqlite and args.pg_url else f"sqlite:///{tmp}/b.sqlite3"
             _support.run_child(__file__, url, child_arguments(args), capture=False)
         return
     backends = [] if args.skip_sqlite else [("SQLite", None)]
@@ -152,7 +153,7 @@ def report(results: list[dict], args) -> None:
         if all("function_step" in breakdown[length] for length in lengths):
             worst = max(breakdown[length]["function_step"][0] for length in lengths)
             worst_cpu = max(breakdown[length]["function_step"][1] for length in lengths)
-            verdict = "met" if worst < FUNCTION_STEP_TARGET_MS else "MISSED"
+            verdict = _verdicts(worst < FUNCTION_STEP_TARGET_MS, worst_cpu < FUNCTION_STEP_TARGET_MS)
             print(f"{backend}: target function step under {FUNCTION_STEP_TARGET_MS:g} ms: {verdict} (worst "
                   f"{worst:.2f} ms wall, {worst_cpu:.2f} ms CPU over {', '.join(f'{int(n):,}' for n in lengths)} "
                   "earlier runs)")
@@ -160,7 +161,7 @@ def report(results: list[dict], args) -> None:
             worst = max(breakdown[length]["agent_step_overhead"][0] for length in lengths)
             worst_cpu = max(breakdown[length]["agent_step_overhead"][1] for length in lengths)
             direct = max(breakdown[length].get("agent_step_direct", (float("nan"),))[0] for length in lengths)
-            verdict = "met" if worst <= AGENT_STEP_TARGET_MS else "MISSED"
+            verdict = _verdicts(worst <= AGENT_STEP_TARGET_MS, worst_cpu <= AGENT_STEP_TARGET_MS)
             print(f"{backend}: target agent step within {AGENT_STEP_TARGET_MS:g} ms of a plain agent run: {verdict} "
                   f"(worst {worst:+.2f} ms wall, {worst_cpu:+.2f} ms CPU; agent-step workflow - agent: worst "
                   f"{direct:+.2f} ms wall)")
@@ -177,6 +178,13 @@ def report(results: list[dict], args) -> None:
                   f"{growths[steepest][1]:+.2f} ms CPU ({steepest}), {growths[steepest_wall][0]:+.2f} ms wall "
                   f"({steepest_wall}); noise allowance {GROWTH_NOISE_MS:g} ms)")
     print(_support.load_line() + "; other engineers run tests on this machine too: compare rows of one run.")
+
+
+def _verdicts(wall: bool, cpu: bool) -> str:
+    """Both readings of a speed target: wall time (on PostgreSQL it holds the server's own work, such as
+    its foreign key checks and index updates for the rows stored, and the round trips) and this process's
+    CPU time (the engine's own work alone)."""
+    return f"{'met' if wall else 'MISSED'} on wall time, {'met' if cpu else 'MISSED'} on CPU time"
 
 
 # -- the child: one backend ------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import datetime
 import json
 import sqlite3
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import NamedTuple
 
 import orjson
@@ -385,9 +386,14 @@ class RunStore:
             # every parameter into the statement's text in Python, and re-splits a statement of more
             # than 50 parameters (a finish storing steps) on every call; bound by the server, they are
             # dumped in C. Every parameter here has a type from its column or its CAST. Prepared by the
-            # server as the connection's prepare_threshold says (Django's default: never, for poolers;
-            # the app's settings: after the 5th use).
+            # server as the connection's prepare_threshold (an OPTIONS key) says: Django's default is
+            # never (poolers), psycopg's after the 5th use. A raw cursor: the statements come with PostgreSQL's
+            # own $1 placeholders (_numbered), since psycopg re-parses on every call a statement longer
+            # than 4 KB or of more than 50 parameters, as a finish storing steps is.
             self.cursor = self._own_cursor = _server_cursor(connection.connection)
+            execute = self.cursor.execute
+            self._execute = lambda sql, params: execute(_numbered(sql), params)
+            return self
         # Django's SQLite cursor rewrites %s to ? on every call; the statements here come rewritten.
         self._execute = (sqlite3.Cursor.execute.__get__(self.cursor) if self._direct and sqlite
                          else self.cursor.execute)
@@ -681,7 +687,15 @@ def _sqlite_adapters(ops):
 def _server_cursor(raw_connection):
     import psycopg  # PostgreSQL only
 
-    return psycopg.Cursor(raw_connection)
+    return psycopg.RawCursor(raw_connection)
+
+
+@lru_cache(maxsize=256)
+def _numbered(sql: str) -> bytes:
+    """A statement with %s placeholders in PostgreSQL's numbered ones ($1, $2...), as bytes: what
+    psycopg would make of it, made once per statement (no statement here holds a literal %)."""
+    first, *rest = sql.split("%s")
+    return "".join([first, *(f"${number}{part}" for number, part in enumerate(rest, start=1))]).encode()
 
 
 def _load(value):

@@ -530,3 +530,10 @@ if connection.vendor == "postgresql":  # SQLite has no prepared statements of th
                 prepared = [row[0] for row in cursor.fetchall()]
             assert any("sessions_core_chatsession" in statement and "FOR UPDATE" in statement
                        for statement in prepared), prepared
+
+
+def test_statements_for_the_raw_cursor_number_their_placeholders():
+    from sessions_core.run_sql import _numbered
+
+    assert _numbered("SELECT a FROM t WHERE b = %s AND c IN (%s, %s)") == b"SELECT a FROM t WHERE b = $1 AND c IN ($2, $3)"
+    assert _numbered("COMMIT") == b"COMMIT"
