@@ -320,6 +320,12 @@ class PostgresDb(Store):
         self.session_table = _safe_table(session_table, repr(self))
         options = dict(parse_qsl(parts.query))
         options.setdefault("connect_timeout", "10")
+        if "prepare_threshold" in options:  # psycopg takes a number of uses (0: at once) or None (never), not text
+            threshold = options["prepare_threshold"].strip().lower()
+            if not threshold.isdigit() and threshold != "none":
+                raise StoreConfigError(repr(self), "prepare_threshold in db_url must be a whole number of uses "
+                                       "before a statement is prepared (0: at once) or none (never)")
+            options["prepare_threshold"] = int(threshold) if threshold.isdigit() else None
         if session_table:
             # The schema first, where tables are made and found; then public, where pg_trgm lives.
             options["options"] = f'{options.get("options", "")} -c search_path="{session_table}",public'.strip()
