@@ -174,7 +174,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # them (PgBouncer in transaction mode before 1.21, or without max_prepared_statements). A
     # ?prepare_threshold= in DATABASE_URL wins over both.
     _prepare = 5 if _bool("DATABASE_PREPARED_STATEMENTS", True) else None
-    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", _prepare)
+    _options = DATABASES["default"].setdefault("OPTIONS", {})
+    _options.setdefault("prepare_threshold", _prepare)
+    if isinstance(_options["prepare_threshold"], str):  # django-environ leaves what is not a number as text
+        if _options["prepare_threshold"].strip().lower() != "none":
+            _refuse("DATABASE_URL", os.environ.get("DATABASE_URL", ""),
+                    "prepare_threshold must be a whole number of uses (0: at once) or none (never)")
+        _options["prepare_threshold"] = None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Messages a socket's channel holds before the layer drops its oldest (the in-memory layer drops new ones;

@@ -66,6 +66,10 @@ def test_prepared_statements_on_postgres_unless_turned_off_and_the_url_wins(monk
     assert off.DATABASES["default"]["OPTIONS"]["prepare_threshold"] is None  # psycopg: never prepare
     given = load(monkeypatch, DATABASE_URL=url + "?prepare_threshold=0", DATABASE_PREPARED_STATEMENTS="false")
     assert given.DATABASES["default"]["OPTIONS"]["prepare_threshold"] == 0
+    never = load(monkeypatch, DATABASE_URL=url + "?prepare_threshold=none")
+    assert never.DATABASES["default"]["OPTIONS"]["prepare_threshold"] is None
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_URL.*prepare_threshold must be a whole number"):
+        load(monkeypatch, DATABASE_URL=url + "?prepare_threshold=soon")
     assert "prepare_threshold" not in load(monkeypatch).DATABASES["default"].get("OPTIONS", {})  # SQLite
     with pytest.raises(ImproperlyConfigured, match="DATABASE_PREPARED_STATEMENTS"):
         load(monkeypatch, DATABASE_URL=url, DATABASE_PREPARED_STATEMENTS="sometimes")
