@@ -3,7 +3,8 @@
     .venv/bin/python bench/workflow.py                        # SQLite only
     .venv/bin/python bench/workflow.py --pg-url postgres://app:app@127.0.0.1:5432/app   # and PostgreSQL
     BENCH_PG_URL=postgres://... .venv/bin/python bench/workflow.py
-    .venv/bin/python bench/workflow.py --profile workflow:1000     # cProfile of one shape (SQLite; PostgreSQL with --skip-sqlite)
+    .venv/bin/python bench/workflow.py --profile workflow:1000     # cProfile of one shape (SQLite;
+                                                                   # PostgreSQL with --skip-sqlite --pg-url)
 
 Issue 12's benchmark. The same setup as bench/engine.py (whose machinery it imports): the local
 model server started in-process (a tool call, then one word, at once), `agent.run`-style sync runs

@@ -383,13 +383,12 @@ class RunStore:
         self.cursor = self._django_cursor.cursor if self._direct else self._django_cursor
         if self._direct and connection.vendor == "postgresql":
             # Parameters bound by the server: psycopg's client-side binding (Django's default) quotes
-            # every parameter into the statement's text in Python, and re-splits a statement of more
-            # than 50 parameters (a finish storing steps) on every call; bound by the server, they are
-            # dumped in C. Every parameter here has a type from its column or its CAST. Prepared by the
-            # server as the connection's prepare_threshold (an OPTIONS key) says: Django's default is
-            # never (poolers), psycopg's after the 5th use. A raw cursor: the statements come with PostgreSQL's
-            # own $1 placeholders (_numbered), since psycopg re-parses on every call a statement longer
-            # than 4 KB or of more than 50 parameters, as a finish storing steps is.
+            # every parameter into the statement's text in Python; bound by the server, they are dumped
+            # in C. Every parameter here has a type from its column or its CAST. A raw cursor, given
+            # PostgreSQL's own $1 placeholders (_numbered): psycopg's own cursors parse again on every
+            # call a statement over 4 KB or of more than 50 parameters, as a finish storing steps is.
+            # Prepared by the server as the connection's prepare_threshold (an OPTIONS key) says:
+            # Django's default is never (poolers), psycopg's after the 5th use.
             self.cursor = self._own_cursor = _server_cursor(connection.connection)
             execute = self.cursor.execute
             self._execute = lambda sql, params: execute(_numbered(sql), params)

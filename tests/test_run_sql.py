@@ -535,5 +535,6 @@ if connection.vendor == "postgresql":  # SQLite has no prepared statements of th
 def test_statements_for_the_raw_cursor_number_their_placeholders():
     from sessions_core.run_sql import _numbered
 
-    assert _numbered("SELECT a FROM t WHERE b = %s AND c IN (%s, %s)") == b"SELECT a FROM t WHERE b = $1 AND c IN ($2, $3)"
+    assert _numbered("SELECT a FROM t WHERE b = %s AND c IN (%s, %s)") == (
+        b"SELECT a FROM t WHERE b = $1 AND c IN ($2, $3)")
     assert _numbered("COMMIT") == b"COMMIT"
