@@ -182,6 +182,9 @@
       closeRename(input.closest(".session-item"));
       return;
     }
+    // Enter saves (the form's own submit): the focus comes back to the renamed row's title, as after Esc,
+    // rather than to the page when the row is replaced.
+    if (input && event.key === "Enter") refocusAfterSwap(input.closest(".session-item"), ".session-link");
     if ((event.ctrlKey || event.metaKey) && !event.altKey && event.key.toLowerCase() === "k") {
       var filter = document.getElementById("session-filter");
       if (filter) {
@@ -524,7 +527,7 @@
     if (item) {
       if (item.form) {
         // After the action's swap, focus comes back to the row (or what replaced it) rather than the page.
-        refocusRow = item.closest(".session-item").id;
+        refocusAfterSwap(item.closest(".session-item"), ".row-menu-button");
         closeRowMenu(false);
       } else {
         closeRowMenu(!item.classList.contains("rename-open"));  // Rename has focused its field
@@ -558,17 +561,24 @@
     if (openMenu && !openMenu.menu.contains(event.target)) closeRowMenu(false);
   }, true);
   window.addEventListener("resize", function () { closeRowMenu(false); });
+  // A row's action replaces the row: once it has, the focus goes to `part` of the row that replaced it (or
+  // to the open chat's link when the row is gone), unless it is somewhere on the page already.
+  function refocusAfterSwap(row, part) { refocusRow = {row: row, part: part}; }
   // htmx:load, not afterSettle: the request's own element (the menu's form) may have left the page with
-  // the swap, and its settle events then never reach the document; new content always fires load.
+  // the swap, and its settle events then never reach the document; new content always fires load (after
+  // the settle: the new row no longer wears the old one's classes, which may hide its parts).
   document.addEventListener("htmx:load", function () {
     if (openMenu && !openMenu.menu.isConnected) openMenu = null;  // its row was replaced
-    if (!refocusRow) return;
-    var active = document.activeElement;
-    if (active && active !== document.body && active.isConnected) { refocusRow = null; return; }
-    var row = document.getElementById(refocusRow), target = row && row.querySelector(".row-menu-button");
+    if (!refocusRow || refocusRow.row.isConnected) return;  // other content; the row's swap is still to come
+    var active = document.activeElement, part = refocusRow.part, row = document.getElementById(refocusRow.row.id);
     refocusRow = null;
+    if (active && active !== document.body && active.isConnected) return;  // a refused title's own field, say
+    var target = row && row.querySelector(part);
     if (target) target.focus();
     else if ((target = document.querySelector('.session-link[aria-current="page"]'))) target.focus();
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    if (refocusRow && !event.detail.successful && refocusRow.row.contains(event.detail.elt)) refocusRow = null;
   });
 
   // --- search by keyboard: arrows move through the hits, Enter opens one, Esc closes the search ------

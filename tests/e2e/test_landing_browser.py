@@ -110,6 +110,7 @@ def test_a_rows_menu_works_by_keyboard_and_survives_its_swap(page, daphne_server
     row.locator("input[name=name]").fill("Weekly shop")
     row.locator("input[name=name]").press("Enter")
     expect(row.locator(".session-title")).to_have_text("Weekly shop")
+    expect(row.locator(".session-link")).to_be_focused()  # the keyboard's place kept, not the page's top
     session.refresh_from_db()
     assert session.name == "Weekly shop" and session.pinned_at is not None
 
