@@ -588,9 +588,8 @@
   function closeSearch() {
     var filter = document.getElementById("session-filter"), results = document.getElementById("session-filter-results");
     if (!filter || !results) return;
-    var open = filter.value !== "" || results.classList.contains("active");
+    var open = filter.value !== "" || results.children.length > 0;
     filter.value = "";
-    results.classList.remove("active");
     results.replaceChildren();
     // As if typed: htmx's "input changed" trigger learns the empty value (typing the same query again
     // searches again), and a request still on its way is followed by the empty box.
