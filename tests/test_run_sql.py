@@ -538,3 +538,16 @@ def test_statements_for_the_raw_cursor_number_their_placeholders():
     assert _numbered("SELECT a FROM t WHERE b = %s AND c IN (%s, %s)") == (
         b"SELECT a FROM t WHERE b = $1 AND c IN ($2, $3)")
     assert _numbered("COMMIT") == b"COMMIT"
+
+
+def test_no_statement_holds_a_percent_sign_but_its_placeholders():
+    # What lets the statements' placeholders be rewritten by plain replacement (? for SQLite's driver,
+    # $1... for PostgreSQL's raw cursor): a literal % (LIKE '%x%') would be taken for one.
+    from sessions_core.run_sql import RunSQL
+
+    sql = RunSQL(connection)
+    statements = [value for value in vars(sql).values() if isinstance(value, str)]
+    if connection.vendor == "postgresql":  # the steps' writes as one statement each
+        statements += [sql.start_together(2), sql.start_child_together(2), sql.start_new_session(2),
+                       sql.finish_together(2, 2, True, children=1, new_children=1)]
+    assert statements and all("%" not in text.replace("%s", "") and "?" not in text for text in statements)
