@@ -184,7 +184,7 @@
     }
     // Enter saves (the form's own submit): the focus comes back to the renamed row's title, as after Esc,
     // rather than to the page when the row is replaced.
-    if (input && event.key === "Enter") refocusAfterSwap(input.closest(".session-item"), ".session-link");
+    if (input && event.key === "Enter" && !event.isComposing) refocusAfterSwap(input.closest(".session-item"), ".session-link");
     if ((event.ctrlKey || event.metaKey) && !event.altKey && event.key.toLowerCase() === "k") {
       var filter = document.getElementById("session-filter");
       if (filter) {
