@@ -110,8 +110,12 @@ class WebSocket:
                                            else bytes([0x80 | 126]) + struct.pack("!H", length))
         self.sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
 
-    def _read(self, count: int) -> bytes:
+    def _read(self, count: int, deadline: float) -> bytes:
         while len(self.buffer) < count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"nothing awaited came in time ({self.pings} pings answered meanwhile)")
+            self.sock.settimeout(left)
             chunk = self.sock.recv(65536)
             if not chunk:
                 raise ConnectionError("the server closed the socket")
@@ -119,29 +123,32 @@ class WebSocket:
         data, self.buffer = self.buffer[:count], self.buffer[count:]
         return data
 
-    def receive(self) -> str:
-        """The next text frame (a ping on the way is answered, a pong skipped)."""
-        while (payload := self._next_frame()) is None:
+    def receive(self, seconds: float = 20, deadline: float | None = None) -> str:
+        """The next text frame (a ping on the way is answered, a pong skipped), within `seconds` or by
+        `deadline` (time.monotonic()). The server pings every half second here, so the socket is never
+        silent for long: the deadline, not the socket's own timeout, is what ends the wait."""
+        deadline = time.monotonic() + seconds if deadline is None else deadline
+        while (payload := self._next_frame(deadline)) is None:
             pass
         return payload
 
-    def answer_pings(self, count: int) -> None:
+    def answer_pings(self, count: int, seconds: float = 20) -> None:
         """Read until the server has pinged `count` times more, each answered (text frames meanwhile are
         an error here: the caller expects none)."""
-        goal = self.pings + count
+        goal, deadline = self.pings + count, time.monotonic() + seconds
         while self.pings < goal:
-            payload = self._next_frame()
+            payload = self._next_frame(deadline)
             assert payload is None, payload
 
-    def _next_frame(self) -> str | None:
+    def _next_frame(self, deadline: float) -> str | None:
         """One frame: a text frame's text, or None for a ping (answered) or a pong."""
-        first, second = self._read(2)
+        first, second = self._read(2, deadline)
         length = second & 0x7F
         if length == 126:
-            length = struct.unpack("!H", self._read(2))[0]
+            length = struct.unpack("!H", self._read(2, deadline))[0]
         elif length == 127:
-            length = struct.unpack("!Q", self._read(8))[0]
-        payload, opcode = self._read(length), first & 0x0F
+            length = struct.unpack("!Q", self._read(8, deadline))[0]
+        payload, opcode = self._read(length, deadline), first & 0x0F
         if opcode == 0x8:
             raise ConnectionError(f"closed: {payload!r}")
         if opcode == 0x9:
@@ -159,8 +166,10 @@ def receive_until(ws: WebSocket, done: Callable[[str], bool], seconds: float = 2
     frames: list[str] = []
     deadline = time.monotonic() + seconds
     while not frames or not done(frames[-1]):
-        assert time.monotonic() < deadline, frames
-        frames.append(ws.receive())
+        try:
+            frames.append(ws.receive(deadline=deadline))
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; the frames received: {frames}") from None
     return frames
 
 
