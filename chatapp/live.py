@@ -66,7 +66,6 @@ from .models import QueuedMessage, new_queued_id
 logger = logging.getLogger("chatapp.live")
 
 ID_MAX = 64  # the longest run or queued id a socket may send
-SYNC_WAIT_SECONDS = 3.0  # how long a socket waits for another process to answer its catch-up request
 QUEUED_STATUS = "Your message is queued; it will run after the current reply."
 PROCESS = uuid.uuid4().hex  # names this process in the token batches it sends (`origin`)
 ANNOUNCE_WAIT_SECONDS = 10.0  # at most this long for a run's final form to be sent after it leaves the runner
@@ -933,7 +932,7 @@ class Follower:
         await get_channel_layer().group_send(
             sync_group(pk), {"type": "chat.sync_request", "reply_channel": self.channel_name, "session_pk": pk}
         )
-        asyncio.get_running_loop().call_later(SYNC_WAIT_SECONDS, self._give_up_sync, run_id)
+        asyncio.get_running_loop().call_later(settings.CHAT_SYNC_WAIT_SECONDS, self._give_up_sync, run_id)
 
     async def _watch_lease(self, run_id: str) -> None:
         """A run of another process: should that process stop, show the run as interrupted when its
@@ -962,8 +961,9 @@ class Follower:
             await self.send(html)
 
     def _give_up_sync(self, run_id: str) -> None:
-        # The owning process did not answer (it may have ended the run, or died): show the run as stored
-        # if it has ended; otherwise the next batch finds the gap and asks again.
+        # The owning process did not answer in time (it may have ended the run, or died, or be busy):
+        # show the run as stored if it has ended; otherwise the next batch finds the gap and asks again,
+        # and a late answer is still shown (see sync_reply).
         if self.waiting_sync == run_id:
             self.waiting_sync, self.held = None, []
             asyncio.ensure_future(self._show_stored(run_id))
@@ -1038,9 +1038,15 @@ class Follower:
         await self.send(event["html"])
 
     async def sync_reply(self, event: dict) -> None:
-        """`chat.sync_reply`: another process's answer to this socket's catch-up request."""
-        if event["run_id"] != self.waiting_sync:
-            return
+        """`chat.sync_reply`: another process's answer to this socket's catch-up request. One that comes
+        after the socket stopped waiting for it is shown too when it is ahead of the page: a busy process
+        answers late, and a run that streams nothing meanwhile (a long tool call, a held model) would
+        otherwise be missing from this page until it ends."""
+        run_id, seq = event["run_id"], event["seq"]
+        if run_id != self.waiting_sync:
+            if run_id in self.finished or (run_id in self.have and seq <= self.have[run_id][0]):
+                return  # ended, or the page has as much already
         await self.send(event["html"])
-        self.have[event["run_id"]] = (event["seq"], event["segments"])
-        await self._release_held()
+        self.have[run_id] = (seq, event["segments"])
+        if run_id == self.waiting_sync:
+            await self._release_held()

@@ -303,6 +303,9 @@ CHAT_STOP_GRACE_SECONDS = _number("CHAT_STOP_GRACE_SECONDS", 0.25)
 # A page watching another process's run: how long after the run's lease expired (its process stopped
 # renewing it) the run is shown as interrupted.
 CHAT_LEASE_GRACE_SECONDS = 1.0
+# A page catching up with a run of another process (a reload landing on another worker): how long the
+# batches that arrive are held for that process's answer (a later answer is still shown).
+CHAT_SYNC_WAIT_SECONDS = 3.0
 # The largest chat export (JSON) a user may import, in bytes.
 CHAT_IMPORT_MAX_BYTES = _number("CHAT_IMPORT_MAX_BYTES", 20_000_000, int, minimum=1)
 

@@ -597,6 +597,27 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         await socket.disconnect()
 
 
+    @override_settings(CHAT_SYNC_WAIT_SECONDS=0)
+    async def test_an_answer_that_comes_after_the_socket_stopped_waiting_is_still_shown(self):
+        """A busy owner answers after the wait: a run that streams nothing meanwhile (held here, as a
+        long tool call holds it) is shown from that answer, not left off the page until it ends."""
+        running, owner = await self.run_elsewhere("")
+        layer = get_channel_layer()
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        request = await layer.receive(owner)
+        answer = {"type": "chat.sync_reply", "run_id": running.run_id, "text_len": 9, "seq": 2, "segments": 0,
+                  "html": f'<article id="run-{running.run_id}" hx-swap-oob="true">Late text</article>'}
+        await layer.send(request["reply_channel"], answer)
+        assert "Late text" in await socket.receive_from(timeout=5)
+        # The same answer again (or an older one) is nothing new for the page: not sent twice.
+        await layer.send(request["reply_channel"], answer)
+        await live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=running.run_id, seq=3,
+                                    origin="elsewhere", keep=0, html="<p>Late text and more</p>", segments=0)
+        frames = await frames_until(socket, is_stream_frame)
+        assert len(frames) == 1 and streamed_html(frames, running.run_id) == "<p>Late text and more</p>"
+        await socket.disconnect()
+
+
     async def test_a_gap_in_another_processs_batches_is_filled_from_that_process(self):
         running, owner = await self.run_elsewhere("")
         layer = get_channel_layer()
