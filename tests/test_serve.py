@@ -126,6 +126,7 @@ def test_a_chat_streams_through_the_production_server(served, llm_server, settin
         frames = receive_until(ws, finished("completed"))
     finally:
         ws.close()
+        print(served.whole_output()[-20000:])  # shown when the test fails: what the server logged
     tokens = [frame for frame in frames if frame.startswith("<template data-stream-run=")]
     assert len(tokens) >= 2  # streamed in batches, not at once
     assert "word by word" in frames[-1]
@@ -263,6 +264,7 @@ def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, s
     finally:
         for ws in sockets:
             ws.close()
+        print(server.whole_output()[-20000:])  # shown when the test fails: what the two workers logged
     runs = list(session.runs.order_by("pk"))
     assert [(run.run_id, run.status) for run in runs[:2]] == [(run_id, "completed"), (second_run, "cancelled")]
     assert runs[0].content == "alpha beta gamma delta epsilon" and runs[1].content.startswith("one")
