@@ -1043,9 +1043,9 @@ class Follower:
         answers late, and a run that streams nothing meanwhile (a long tool call, a held model) would
         otherwise be missing from this page until it ends."""
         run_id, seq = event["run_id"], event["seq"]
-        if run_id != self.waiting_sync:
-            if run_id in self.finished or (run_id in self.have and seq <= self.have[run_id][0]):
-                return  # ended, or the page has as much already
+        stale = run_id in self.finished or (run_id in self.have and seq <= self.have[run_id][0])
+        if run_id != self.waiting_sync and stale:
+            return  # ended, or the page has as much already
         await self.send(event["html"])
         self.have[run_id] = (seq, event["segments"])
         if run_id == self.waiting_sync:

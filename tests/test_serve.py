@@ -247,7 +247,8 @@ def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, s
         started = receive_until(there, lambda frame: is_stream_frame(frame) and "one" in frame)
         second_run = re.search(r'data-stream-run="([\w-]+)"', started[-1]).group(1)
         there.send(json.dumps({"type": "send", "text": "dropped before it ran"}))
-        queued = receive_until(here, lambda frame: "beforeend:#queue" in frame)
+        # (By its text: "count" itself may be shown queued for a moment, while the run before it ends.)
+        queued = receive_until(here, lambda frame: "beforeend:#queue" in frame and "dropped before" in frame)
         queued_id = re.search(r'id="queued-([\w-]+)"', queued[-1]).group(1)
         here.send(json.dumps({"type": "stop", "queued_id": queued_id}))
         for ws in (here, there):
