@@ -690,7 +690,7 @@ class RunLoop:
             error = None if function else f"Error: there is no tool named {call.name!r}."
         execution.tool_args = args
         if stream_events:
-            yield self.event("tool_started", tool=ToolExecution(**execution.to_dict()))
+            yield self.event("tool_started", tool=execution.snapshot())
         elapsed = timed()
         tracker = self.tracker
         recorded, state_error = None, None
@@ -732,7 +732,7 @@ class RunLoop:
                                              tool_name=call.name, tool_error=execution.tool_call_error))
         wire.append(self.new_messages[-1].to_wire())
         if stream_events:
-            yield self.event("tool_completed", tool=ToolExecution(**execution.to_dict()),
+            yield self.event("tool_completed", tool=execution.snapshot(),
                              content=f"{call.name}() completed in {execution.metrics['duration']:.4f}s.")
         if state_error is not None or refused is not None:
             raise state_error or refused

@@ -114,6 +114,19 @@ class TestEvents(EngineTestMixin, TestCase):
             assert data["event"] == str(event.event) and data["run_id"] == event.run_id
         assert of_kind(events, RunEvent.tool_call_completed)[0].to_dict()["tool"]["result"] == "Added milk"
 
+    def test_a_tool_event_holds_the_call_as_it_was_then(self):
+        self.llm.reset()
+        self.llm.add(ToolCalls([("add_item", {"item": {"name": "milk", "tags": ["cold"]}})]), Text("Done."))
+        events = stream_all(self.agent_, "add milk", session_id="s")
+
+        started = of_kind(events, RunEvent.tool_call_started)[0].tool
+        completed = of_kind(events, RunEvent.tool_call_completed)[0].tool
+        assert (started.result, started.metrics) == (None, {})  # the result came later, on another copy
+        assert completed.result.startswith("Added") and "duration" in completed.metrics
+        assert started.tool_args == completed.tool_args == {"item": {"name": "milk", "tags": ["cold"]}}
+        started.tool_args["item"]["tags"].append("mine")  # a consumer's edit reaches no other copy
+        assert completed.tool_args["item"]["tags"] == ["cold"]
+
 
 class TestWhatIsStoredWhen(EngineTestMixin, TestCase):
     def test_the_run_and_the_user_message_are_stored_before_the_model_answers(self):
