@@ -6,7 +6,7 @@ import datetime
 from dataclasses import dataclass
 
 from .models import Message, Role, Run, RunStatus
-from .run_sql import RunStore
+from .run_sql import HistoryRead, HistoryRow, RunStore
 
 
 @dataclass
@@ -65,13 +65,27 @@ def history(store: RunStore, session_pk: int, num_runs: int | None, num_messages
     The last `num_runs` completed top-level runs, or the last `num_messages` of their messages
     (leading tool results dropped so none is orphaned). System messages are never replayed.
     """
+    read = history_read(session_pk, num_runs, num_messages)
+    return replayed(store.history(*read), read) if read else []
+
+
+def history_read(session_pk: int, num_runs: int | None, num_messages: int | None,
+                 component_id: str | None = None) -> HistoryRead | None:
+    """The read `history` (or, with `component_id`, `step_history`) makes, for a run's start to make
+    in its own statement (RunStore.start_run, start_child); None when that window holds nothing."""
     if num_runs is not None:
         if num_runs <= 0:
-            return []
+            return None
     elif not num_messages or num_messages <= 0:
-        return []
-    messages = _messages(store.history(session_pk, num_runs, num_messages), from_history=True)
-    while num_runs is None and messages and messages[0].role == Role.TOOL:
+        return None
+    return HistoryRead(session_pk, num_runs, num_messages, component_id)
+
+
+def replayed(rows: list[HistoryRow], read: HistoryRead) -> list[ChatMessage]:
+    """The messages of `read`'s rows, oldest first; with a window of messages, leading tool results
+    are dropped (their call is outside it)."""
+    messages = _messages(rows, from_history=True)
+    while read.num_runs is None and messages and messages[0].role == Role.TOOL:
         messages.pop(0)
     return messages
 
@@ -111,13 +125,5 @@ def step_history(store: RunStore, session_pk: int, component_id: str, num_runs: 
                  num_messages: int | None) -> list[ChatMessage]:
     """A step agent's (or team member's) own earlier completed runs in this session, bounded as `history`:
     one query, as plain SQL (run_sql.py)."""
-    if num_runs is not None:
-        if num_runs <= 0:
-            return []
-    elif not num_messages or num_messages <= 0:
-        return []
-    messages = _messages(store.history(session_pk, num_runs, num_messages, component_id=component_id),
-                         from_history=True)
-    while num_runs is None and messages and messages[0].role == Role.TOOL:
-        messages.pop(0)
-    return messages
+    read = history_read(session_pk, num_runs, num_messages, component_id)
+    return replayed(store.history(*read), read) if read else []

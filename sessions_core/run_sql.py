@@ -51,6 +51,17 @@ class SessionRow(NamedTuple):
     current_leaf: int | None = None  # the run the next one follows
 
 
+class HistoryRead(NamedTuple):
+    """A history read (history.history, history.step_history): the last `num_runs` runs, else the last
+    `num_messages` messages, of the session's top-level runs or, with `component_id`, of one step
+    agent's (or team member's) own runs."""
+
+    session_pk: int
+    num_runs: int | None
+    num_messages: int | None
+    component_id: str | None = None
+
+
 class HistoryRow(NamedTuple):
     seq: int
     role: str
@@ -228,6 +239,7 @@ class RunSQL:
             self._child_names = ["id", *(name for name in run_columns if name != "state_version")]
             self._child_row = _typed_row(Run, connection, tuple(self._child_names))
             self._run_pk = quote(Run._meta.pk.column)
+            self._seq = m["seq"]
             self._finish_children = (
                 f"UPDATE {run} r SET {', '.join(f'{column} = v.{name}' for name, column in run_columns.items() if name != 'state_version')}"
                 f", {run_columns['state_version']} = NULL")
@@ -238,26 +250,35 @@ class RunSQL:
             self._first_select = ", ".join("new_run." + quote(Run._meta.pk.column) if name == "run" else f"v.{name}"
                                            for name in _MESSAGE_FIELDS)
 
-    def start_together(self, messages: int) -> str:
+    def start_together(self, messages: int, history: str | None = None) -> str:
         """PostgreSQL: insert the run, its first `messages` messages and take the lease as one
-        statement, which returns the run's id. One round trip instead of three."""
-        return self._run_with_messages("start", messages, f", leased AS ({self._take_lease_after_new_run})")
+        statement, which returns the run's id. One round trip instead of three. With `history` (a
+        history statement), see `_run_with_messages`."""
+        return self._run_with_messages("start", messages, f", leased AS ({self._take_lease_after_new_run})", history)
 
-    def start_child_together(self, messages: int) -> str:
+    def start_child_together(self, messages: int, history: str | None = None) -> str:
         """PostgreSQL: insert a step's or member's run and its first `messages` messages as one
-        statement, which returns the run's id. One round trip instead of four (BEGIN, two INSERTs, COMMIT)."""
-        return self._run_with_messages("child", messages)
+        statement, which returns the run's id. One round trip instead of four (BEGIN, two INSERTs, COMMIT).
+        With `history` (a history statement), see `_run_with_messages`."""
+        return self._run_with_messages("child", messages, history=history)
 
-    def _run_with_messages(self, kind: str, messages: int, then: str = "") -> str:
-        key = (kind, messages)
+    def _run_with_messages(self, kind: str, messages: int, then: str = "", history: str | None = None) -> str:
+        """With `history`, the statement also reads the run's history (that statement's parameters
+        follow the writes'), in the statement's one snapshot, which the new rows are not part of: it
+        returns one row per message read, oldest first, each the run's id then the message's columns
+        (one row of the id and NULLs when none is). One round trip instead of two."""
+        key = (kind, messages, history)
         statement = self._together.get(key)
         if statement is None:
+            select = (" SELECT * FROM new_run" if history is None else
+                      f" SELECT new_run.{self._run_pk}, h.* FROM new_run LEFT JOIN ({history}) AS h ON TRUE"
+                      f" ORDER BY h.{self._seq}")
             statement = self._together[key] = (
                 f"WITH new_run AS ({self.insert_run})"
                 f", new_messages AS (INSERT INTO {self._tables[1]} ({self._message_columns})"
                 f" SELECT {self._first_select} FROM new_run,"
                 f" (VALUES {', '.join([self._first_row] * messages)}) AS v({', '.join(self._first_names)})){then}"
-                f" SELECT * FROM new_run"
+                f"{select}"
             )
         return statement
 
@@ -453,28 +474,40 @@ class RunStore:
                 component_id: str | None = None) -> list[HistoryRow]:
         """See history.history: the same rows, oldest first (before orphaned tool results are dropped).
         With `component_id`, a step agent's (or team member's) own earlier runs (history.step_history)."""
-        sql = self.sql
-        if component_id is not None:
-            if num_runs is not None:
-                statement, params = sql.step_history_by_runs, (session_pk, component_id, num_runs)
-                newest_first = False
-            else:  # at most one message per run is needed to reach N messages
-                statement, params = sql.step_history_by_messages, (session_pk, component_id, num_messages,
-                                                                   num_messages)
-                newest_first = True
-        elif num_runs is not None:
-            statement, params, newest_first = sql.history_by_runs, (session_pk, num_runs), False
-        else:
-            statement, params, newest_first = sql.history_by_messages, (session_pk, num_messages), True
+        statement, params, newest_first = self._history_statement(
+            HistoryRead(session_pk, num_runs, num_messages, component_id))
         rows = self.execute(statement, params).fetchall()
         if newest_first:
             rows.reverse()
+        return self._history_rows(rows)
+
+    def _history_statement(self, read: HistoryRead) -> tuple[str, tuple, bool]:
+        """The statement of a history read, its parameters and whether its rows come newest first."""
+        sql, session_pk, num_runs, num_messages = self.sql, read.session_pk, read.num_runs, read.num_messages
+        if read.component_id is not None:
+            if num_runs is not None:
+                return sql.step_history_by_runs, (session_pk, read.component_id, num_runs), False
+            # at most one message per run is needed to reach N messages
+            return sql.step_history_by_messages, (session_pk, read.component_id, num_messages, num_messages), True
+        if num_runs is not None:
+            return sql.history_by_runs, (session_pk, num_runs), False
+        return sql.history_by_messages, (session_pk, num_messages), True
+
+    def _history_rows(self, rows) -> list[HistoryRow]:
         read_datetime = self._read_datetime
         return [
             HistoryRow(seq, role, content, _load(tool_calls), tool_call_id, tool_name, bool(tool_error),
                        read_datetime(created_at))
             for seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, created_at in rows
         ]
+
+    def _started_with_history(self, statement_for, params: list, history: HistoryRead | None) -> tuple[int, list]:
+        """Run a start statement built by `statement_for(history statement or None)`: (run id, history rows)."""
+        if history is None:
+            return self.execute(statement_for(None), params).fetchone()[0], []
+        statement, history_params, _ = self._history_statement(history)
+        rows = self.execute(statement_for(statement), [*params, *history_params]).fetchall()
+        return rows[0][0], self._history_rows([row[1:] for row in rows if row[1] is not None])
 
     def insert_run(self, *, run_id: str, session_pk: int, component_id: str, input: str, model_id: str,
                    history_seqs: list | None, now: datetime.datetime, kind: str = "agent", parent_pk: int | None = None,
@@ -555,31 +588,39 @@ class RunStore:
         return (str(status), content, content_type, error, self._json(metrics), state_version, self._datetime(now),
                 run_pk)
 
-    def start_run(self, *, run: dict, messages: list[tuple], lease: tuple) -> int:
+    def start_run(self, *, run: dict, messages: list[tuple], lease: tuple,
+                  history: HistoryRead | None = None) -> tuple[int, list[HistoryRow]]:
         """The usual start's writes: insert the run (`run`: the arguments of `insert_run`), its first
         messages (rows as for `insert_messages`, whose run is filled in) and take the lease (`lease`:
-        the arguments of `take_lease`). Returns the run's id. One statement on PostgreSQL
+        the arguments of `take_lease`), after reading `history` (rows as `history` gives; none when
+        None). Returns (the run's id, the history rows). One statement on PostgreSQL
         (`RunSQL.start_together`); elsewhere the statements one by one. Call it inside `atomic()`."""
         if self.writes_in_one_statement and messages:
             params = [*self._run_params(**run), *self._message_params(messages, without_run=True),
                       *self._lease_params(*lease, together=True)]
-            return self.execute(self.sql.start_together(len(messages)), params).fetchone()[0]
+            return self._started_with_history(
+                lambda statement: self.sql.start_together(len(messages), statement), params, history)
+        rows = [] if history is None else self.history(*history)
         run_pk = self.insert_run(**run)
         self.insert_messages([(row[0], run_pk, *row[2:]) for row in messages])
         self.take_lease(*lease, leaf=run_pk)
-        return run_pk
+        return run_pk, rows
 
-    def start_child(self, *, run: dict, messages: list[tuple]) -> int:
+    def start_child(self, *, run: dict, messages: list[tuple],
+                    history: HistoryRead | None = None) -> tuple[int, list[HistoryRow]]:
         """A step's or member's start: insert its run (`run`: the arguments of `insert_run`) and its first
-        messages (rows as for `insert_messages`, whose run is filled in). Returns the run's id. One
-        statement on PostgreSQL (`RunSQL.start_child_together`), atomic by itself; elsewhere two: call
-        it inside `atomic()` then."""
+        messages (rows as for `insert_messages`, whose run is filled in), after reading `history` as
+        `start_run` does. Returns (the run's id, the history rows). One statement on PostgreSQL
+        (`RunSQL.start_child_together`), atomic by itself; elsewhere the statements one by one: call it
+        inside `atomic()` then."""
         if self.writes_in_one_statement and messages:
             params = [*self._run_params(**run), *self._message_params(messages, without_run=True)]
-            return self.execute(self.sql.start_child_together(len(messages)), params).fetchone()[0]
+            return self._started_with_history(
+                lambda statement: self.sql.start_child_together(len(messages), statement), params, history)
+        rows = [] if history is None else self.history(*history)
         run_pk = self.insert_run(**run)
         self.insert_messages([(row[0], run_pk, *row[2:]) for row in messages])
-        return run_pk
+        return run_pk, rows
 
     def start_new_session(self, *, session: ChatSession, run: dict, messages: list[tuple]) -> tuple[int, int] | None:
         """A new session's first start, written at once: insert `session` (unsaved, its lease already

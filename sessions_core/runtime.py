@@ -362,12 +362,24 @@ class RunLoop:
             if source == "regenerate":
                 self.input = self.output.input = self.raw_input = target.input
         start, first, rows, run = self._prepare_start(store, session, follows, now)
-        start.run_pk = store.start_run(
+        # Its history is read by its start's own statement (unless _prepare_start read it already).
+        read = None if self.config.store_history_messages else self._history_read(session)
+        start.run_pk, history_rows = store.start_run(
             run={"session_pk": session.pk, **run}, messages=rows,
             lease=(session.pk, self.lease_token, now + timedelta(seconds=LEASE_SECONDS), now, self.last_seq),
+            history=read,
         )
+        if read:
+            start.history = history_module.replayed(history_rows, read)
         self._started(start, first, now)
         return start
+
+    def _history_read(self, session: SessionRow):
+        """The history this run replays from `session`, as a read (None: nothing to read)."""
+        config = self.config
+        if not config.add_history_to_context or not session.last_seq:  # no messages yet: no history
+            return None
+        return history_module.history_read(session.pk, config.num_history_runs, config.num_history_messages)
 
     def _start_new(self, store: RunStore, now) -> _Start | None:
         """The start step on a session that does not exist yet: the session (its lease taken), the run
@@ -398,9 +410,9 @@ class RunLoop:
         start = _Start(session_pk=session.pk, base_version=session.state_version, summary=session.summary,
                        base_text=session.state_text, state=merged.state, state_text=merged.text,
                        changes=merged.changes, state_error=merged.error)
-        if config.add_history_to_context and session.last_seq:  # a session with no messages has no history yet
-            start.history = history_module.history(store, session.pk, config.num_history_runs,
-                                                   config.num_history_messages)
+        # Read here only when its messages' seqs go on the run row; otherwise by the start's statement.
+        if config.store_history_messages and (read := self._history_read(session)):
+            start.history = history_module.replayed(store.history(*read), read)
         system = prompt.system_message(config, {**start.state, **self._injected()}, self.user_id, start.summary)
         first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
         first.append(ChatMessage(role=Role.USER, content=self.input))
@@ -499,28 +511,32 @@ class RunLoop:
     def _start_child_sync(self) -> None:
         config, root, now = self.config, self.root, timezone.now()
         with RunStore(self.alias) as store:
-            # Its run row and first messages are one statement on PostgreSQL, and a function step's row
-            # alone is one anywhere: atomic by itself, no transaction around it (the history read
-            # before it needs none: the root holds the lease). Earlier steps' ends, when held, go with it.
+            # Its history read, run row and first messages are one statement on PostgreSQL, and a function
+            # step's row alone is one anywhere: atomic by itself, no transaction around it (the history
+            # read needs none: the root holds the lease). Earlier steps' ends, when held, go with it.
             alone = not root.pending and (config.kind == "function" or store.writes_in_one_statement)
             with store.atomic(one_statement=alone):
                 self._flush_pending(store)
-                history = []
+                read, history = None, []
                 if config.add_history_to_context:
-                    history = history_module.step_history(store, root.start.session_pk, config.component_id,
-                                                          config.num_history_runs, config.num_history_messages)
+                    read = history_module.history_read(root.start.session_pk, config.num_history_runs,
+                                                       config.num_history_messages, config.component_id)
+                if read and config.store_history_messages:  # its seqs go on the run row: read it first
+                    read, history = None, history_module.replayed(store.history(*read), read)
                 first = []
                 if config.kind != "function":  # a function step's input is its run's `input`; it has no messages
                     system = prompt.system_message(config, dict(self.tracker.working), self.user_id, None)
                     first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
                     first.append(ChatMessage(role=Role.USER, content=self.input))
                 rows, root.last_seq = self._message_rows(root.start.session_pk, None, first, root.last_seq, now)
-                self.run_pk = store.start_child(run={
+                self.run_pk, history_rows = store.start_child(run={
                     "run_id": self.run_id, "session_pk": root.start.session_pk, "component_id": config.component_id,
                     "input": self.input, "model_id": self.model.id if self.model else "", "now": now,
                     "kind": config.kind, "parent_pk": self.parent.run_pk, "step_name": self.step_name[:200],
                     "history_seqs": [m.seq for m in history] if config.store_history_messages else None,
-                }, messages=rows)
+                }, messages=rows, history=read)  # read by the start's own statement
+                if read:
+                    history = history_module.replayed(history_rows, read)
         self.output.messages = first[:-1] + history + first[-1:] if first else history
         self.created_at = now.timestamp()
         self.output.created_at = int(self.created_at)

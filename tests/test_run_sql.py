@@ -14,7 +14,7 @@ from django.test import TestCase, TransactionTestCase
 from django.utils import timezone
 
 from sessions_core.models import ChatSession, Message, Role, Run, RunStatus, StateChange
-from sessions_core.run_sql import RunStore
+from sessions_core.run_sql import HistoryRead, RunStore
 from tests.engine_helpers import EngineTestMixin
 from tests.factories import make_run, make_session, make_user
 from tests.llm_server import Text
@@ -106,6 +106,42 @@ class TestHistory(TestCase):
                            .order_by("-seq").values_list(*HISTORY_FIELDS)[:num_messages])[::-1]
                 rows = [tuple(row) for row in store.history(self.session.pk, None, num_messages, component_id="shopper")]
                 assert rows == orm and rows
+
+    def test_a_start_reads_its_history_as_history_does(self):
+        # On PostgreSQL in the start's own statement (one round trip), which must read the same rows and
+        # leave out the rows it writes; elsewhere before it.
+        session, now = self.session, timezone.now()
+        parent = Run.objects.filter(session=session, parent_run__isnull=True).last()
+        for _ in range(2):
+            step = add_tool_turn(session, parent_run=parent)
+            Run.objects.filter(pk=step.pk).update(component_id="shopper")
+        store = self.enterContext(RunStore("default"))
+        reads = [HistoryRead(session.pk, 2, None), HistoryRead(session.pk, None, 7),
+                 HistoryRead(session.pk, 1, None, "shopper"), HistoryRead(session.pk, None, 3, "shopper"),
+                 HistoryRead(session.pk, 3, None, "nobody")]
+        seq = Message.objects.filter(session=session).order_by("-seq").values_list("seq", flat=True)[0]
+        for number, read in enumerate(reads):
+            with self.subTest(read=read):
+                expected = store.history(*read)
+                run = {"run_id": f"r-{number}", "session_pk": session.pk, "component_id": read.component_id or "shop",
+                       "input": "add milk", "model_id": "m", "history_seqs": None, "now": now}
+                seq += 2
+                first = [(session.pk, None, seq - 1, Role.SYSTEM, "Be brief.", None, "", "", False, now),
+                         (session.pk, None, seq, Role.USER, "add milk", None, "", "", False, now)]
+                with store.atomic(one_statement=store.writes_in_one_statement):
+                    if read.component_id:
+                        run_pk, rows = store.start_child(run={**run, "kind": "agent", "parent_pk": parent.pk,
+                                                              "step_name": "keep"}, messages=first, history=read)
+                    else:
+                        run_pk, rows = store.start_run(run=run, messages=first, history=read,
+                                                       lease=(session.pk, "tok", now, now, seq))
+                assert rows == expected and bool(rows) == (read.component_id != "nobody")
+                assert Run.objects.get(run_id=f"r-{number}").pk == run_pk
+                assert list(Message.objects.filter(run_id=run_pk).values_list("seq", flat=True)) == [seq - 1, seq]
+                # What it wrote is the next read's: a completed top-level run's user message is history.
+                Run.objects.filter(pk=run_pk).update(status=RunStatus.COMPLETED, parent_run=None)
+                assert store.history(session.pk, 1, None) == [
+                    (seq, "user", "add milk", None, "", "", False, now)]
 
     def test_values_come_back_typed(self):
         with RunStore("default") as store:
@@ -210,7 +246,7 @@ class TestWrites(TestCase):
         store, now, session = self.store, self.now, self.session
         expires = now + timedelta(seconds=30)
         with store.atomic(one_statement=store.writes_in_one_statement):
-            run_pk = store.start_run(
+            run_pk, history = store.start_run(
                 run={"run_id": "r-1", "session_pk": session.pk, "component_id": "shop", "input": "add milk",
                      "model_id": "m", "history_seqs": [1], "now": now},
                 messages=[(session.pk, None, 1, Role.SYSTEM, "Be brief.", None, "", "", False, now),
@@ -219,6 +255,7 @@ class TestWrites(TestCase):
             )
 
         run = Run.objects.get()
+        assert history == []  # none asked for
         assert (run.pk, run.run_id, run.status, run.input, run.history_seqs, run.created_at) == (
             run_pk, "r-1", RunStatus.RUNNING, "add milk", [1], now)
         assert list(Message.objects.order_by("seq").values_list("run_id", "seq", "role", "content", "created_at")) == [
@@ -231,14 +268,14 @@ class TestWrites(TestCase):
         store, now, session = self.store, self.now, self.session
         parent = Run.objects.create(session=session, input="go", kind="workflow")
         with store.atomic(one_statement=store.writes_in_one_statement):
-            run_pk = store.start_child(
+            run_pk, history = store.start_child(
                 run={"run_id": "s-1", "session_pk": session.pk, "component_id": "keeper", "input": "add milk",
                      "model_id": "m", "history_seqs": [4], "now": now, "kind": "agent", "parent_pk": parent.pk,
                      "step_name": "keep"},
                 messages=[(session.pk, None, 5, Role.SYSTEM, "Be brief.", None, "", "", False, now),
                           (session.pk, None, 6, Role.USER, "add milk", None, "", "", False, now)],
             )
-            without_messages = store.start_child(
+            without_messages, _ = store.start_child(
                 run={"run_id": "s-2", "session_pk": session.pk, "component_id": "count", "input": "go",
                      "model_id": "", "history_seqs": None, "now": now, "kind": "function", "parent_pk": parent.pk,
                      "step_name": "count"},
@@ -246,6 +283,7 @@ class TestWrites(TestCase):
             )
 
         run = Run.objects.get(run_id="s-1")
+        assert history == []
         assert (run.pk, run.parent_run_id, run.kind, run.step_name, run.status, run.history_seqs, run.created_at) == (
             run_pk, parent.pk, "agent", "keep", RunStatus.RUNNING, [4], now)
         assert list(Message.objects.order_by("seq").values_list("session_id", "run_id", "seq", "role", "content")) == [
@@ -549,5 +587,7 @@ def test_no_statement_holds_a_percent_sign_but_its_placeholders():
     statements = [value for value in vars(sql).values() if isinstance(value, str)]
     if connection.vendor == "postgresql":  # the steps' writes as one statement each
         statements += [sql.start_together(2), sql.start_child_together(2), sql.start_new_session(2),
+                       sql.start_together(2, sql.history_by_messages),
+                       sql.start_child_together(2, sql.step_history_by_runs),
                        sql.finish_together(2, 2, True, children=1, new_children=1)]
     assert statements and all("%" not in text.replace("%s", "") and "?" not in text for text in statements)
