@@ -157,10 +157,9 @@ class RunSQL:
         # SQLite hands over the new row's id as the cursor's lastrowid: RETURNING would cost a fetch.
         self.returns_id = connection.vendor != "sqlite"
         returning = " RETURNING " + quote(Run._meta.pk.column) if self.returns_id else ""
-        self.insert_run = (
-            f"INSERT INTO {run} ({', '.join(_columns(Run, connection, _RUN_FIELDS))})"
-            f" VALUES ({', '.join(['%s'] * len(_RUN_FIELDS))}){returning}"
-        )
+        self._insert_runs = f"INSERT INTO {run} ({', '.join(_columns(Run, connection, _RUN_FIELDS))}) VALUES "
+        self._run_values = f"({', '.join(['%s'] * len(_RUN_FIELDS))})"
+        self.insert_run = f"{self._insert_runs}{self._run_values}{returning}"
         message_columns = ", ".join(_columns(Message, connection, _MESSAGE_FIELDS))
         self.insert_message = f"INSERT INTO {message} ({message_columns}) VALUES "
         self.message_values = "(" + ", ".join(["%s"] * len(_MESSAGE_FIELDS)) + ")"
@@ -256,31 +255,52 @@ class RunSQL:
         history statement), see `_run_with_messages`."""
         return self._run_with_messages("start", messages, f", leased AS ({self._take_lease_after_new_run})", history)
 
-    def start_child_together(self, messages: int, history: str | None = None) -> str:
+    def start_child_together(self, messages: int, history: str | None = None, held: tuple[int, int, int] = (0, 0, 0)) -> str:
         """PostgreSQL: insert a step's or member's run and its first `messages` messages as one
         statement, which returns the run's id. One round trip instead of four (BEGIN, two INSERTs, COMMIT).
-        With `history` (a history statement), see `_run_with_messages`."""
-        return self._run_with_messages("child", messages, history=history)
+        With `history` (a history statement), see `_run_with_messages`. With `held` (children,
+        children's messages, new children), it also stores what earlier children left for the tree's
+        next write, as `finish_together` does: the ends of `children` steps (by id), `children's
+        messages` messages, and the rows of `new children` steps stored only now, inserted before the
+        run's own row (so their ids come first: start order); each row returned then has their ids
+        after the run's, as an array that ends with the run's id."""
+        return self._run_with_messages("child", messages, history=history, held=held)
 
-    def _run_with_messages(self, kind: str, messages: int, then: str = "", history: str | None = None) -> str:
+    def _run_with_messages(self, kind: str, messages: int, then: str = "", history: str | None = None,
+                           held: tuple[int, int, int] = (0, 0, 0)) -> str:
         """With `history`, the statement also reads the run's history (that statement's parameters
         follow the writes'), in the statement's one snapshot, which the new rows are not part of: it
         returns one row per message read, oldest first, each the run's id then the message's columns
         (one row of the id and NULLs when none is). One round trip instead of two."""
-        key = (kind, messages, history)
+        key = (kind, messages, history, held)
         statement = self._together.get(key)
         if statement is None:
-            select = (" SELECT * FROM new_run" if history is None else
-                      f" SELECT new_run.{self._run_pk}, h.* FROM new_run LEFT JOIN ({history}) AS h ON TRUE"
-                      f" ORDER BY h.{self._seq}")
-            statement = self._together[key] = (
-                f"WITH new_run AS ({self.insert_run})"
-                f", new_messages AS (INSERT INTO {self._tables[1]} ({self._message_columns})"
-                f" SELECT {self._first_select} FROM new_run,"
-                f" (VALUES {', '.join([self._first_row] * messages)}) AS v({', '.join(self._first_names)})){then}"
-                f"{select}"
-            )
+            children, children_messages, new_children = held
+            pk = self._run_pk
+            if new_children:  # one INSERT: its ids are drawn in its rows' order, the run's row last
+                parts = [f"WITH inserted AS ({self._insert_runs}{', '.join([self._run_values] * (new_children + 1))}"
+                         f" RETURNING {pk}), new_run AS (SELECT max({pk}) AS {pk} FROM inserted)"]
+            else:
+                parts = [f"WITH new_run AS ({self.insert_run})"]
+            parts.append(f", new_messages AS (INSERT INTO {self._tables[1]} ({self._message_columns})"
+                         f" SELECT {self._first_select} FROM new_run,"
+                         f" (VALUES {', '.join([self._first_row] * messages)}) AS v({', '.join(self._first_names)})){then}")
+            if children_messages:
+                parts.append(f", held_messages AS ({self.insert_message}"
+                             f"{', '.join([self.message_values] * children_messages)})")
+            if children:
+                parts.append(self._children_ended(children))
+            ids = f", (SELECT array_agg({pk} ORDER BY {pk}) FROM inserted)" if new_children else ""
+            parts.append(f" SELECT new_run.{pk}{ids} FROM new_run" if history is None else
+                         f" SELECT new_run.{pk}{ids}, h.* FROM new_run LEFT JOIN ({history}) AS h ON TRUE"
+                         f" ORDER BY h.{self._seq}")
+            statement = self._together[key] = "".join(parts)
         return statement
+
+    def _children_ended(self, children: int, condition: str = "") -> str:
+        """The CTE that stores the ends of `children` steps or members (by id) whose end waited."""
+        return (f", children AS ({self._finish_children} FROM (VALUES {', '.join([self._child_row] * children)})"
+                f" AS v({', '.join(self._child_names)}) WHERE r.{self._run_pk} = v.id{condition})")
 
     def start_new_session(self, messages: int) -> str:
         """PostgreSQL: insert a new session (lease taken), its first run and that run's first `messages`
@@ -340,8 +360,7 @@ class RunSQL:
                     parts.append(f", new_{name} AS (INSERT INTO {table} ({columns})"
                                  f" SELECT * FROM (VALUES {', '.join([row] * count)}) AS v WHERE {released})")
             if children:
-                parts.append(f", children AS ({self._finish_children} FROM (VALUES {', '.join([self._child_row] * children)})"
-                             f" AS v({', '.join(self._child_names)}) WHERE r.{self._run_pk} = v.id AND {released})")
+                parts.append(self._children_ended(children, f" AND {released}"))
             parts.append(f", finished AS ({self.finish_run} AND {released})")
             parts.append(" SELECT count(*) FROM released")
             statement = self._together[key] = "".join(parts)
@@ -501,13 +520,17 @@ class RunStore:
             for seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, created_at in rows
         ]
 
-    def _started_with_history(self, statement_for, params: list, history: HistoryRead | None) -> tuple[int, list]:
-        """Run a start statement built by `statement_for(history statement or None)`: (run id, history rows)."""
-        if history is None:
-            return self.execute(statement_for(None), params).fetchone()[0], []
-        statement, history_params, _ = self._history_statement(history)
+    def _started_with_history(self, statement_for, params: list, history: HistoryRead | None,
+                              held_ids: bool = False) -> tuple[int, list, list[int]]:
+        """Run a start statement built by `statement_for(history statement or None)`: (run id, history
+        rows, the ids of the new children it inserted when `held_ids`)."""
+        statement, history_params = None, ()
+        if history is not None:
+            statement, history_params, _ = self._history_statement(history)
         rows = self.execute(statement_for(statement), [*params, *history_params]).fetchall()
-        return rows[0][0], self._history_rows([row[1:] for row in rows if row[1] is not None])
+        first = 2 if held_ids else 1  # the history's columns
+        read = [] if history is None else self._history_rows([row[first:] for row in rows if row[first] is not None])
+        return rows[0][0], read, list(rows[0][1][:-1]) if held_ids else []
 
     def insert_run(self, *, run_id: str, session_pk: int, component_id: str, input: str, model_id: str,
                    history_seqs: list | None, now: datetime.datetime, kind: str = "agent", parent_pk: int | None = None,
@@ -588,6 +611,12 @@ class RunStore:
         return (str(status), content, content_type, error, self._json(metrics), state_version, self._datetime(now),
                 run_pk)
 
+    def _child_end_params(self, pk: int, at, end: dict) -> tuple:
+        """A child's end as `RunSQL._child_row` takes it: (id, status, content, content_type, error,
+        metrics, finished_at)."""
+        values = self._finish_params(pk, state_version=None, now=at, **end)
+        return (pk, *values[:5], values[6])
+
     def start_run(self, *, run: dict, messages: list[tuple], lease: tuple,
                   history: HistoryRead | None = None) -> tuple[int, list[HistoryRow]]:
         """The usual start's writes: insert the run (`run`: the arguments of `insert_run`), its first
@@ -598,29 +627,44 @@ class RunStore:
         if self.writes_in_one_statement and messages:
             params = [*self._run_params(**run), *self._message_params(messages, without_run=True),
                       *self._lease_params(*lease, together=True)]
-            return self._started_with_history(
+            run_pk, rows, _ = self._started_with_history(
                 lambda statement: self.sql.start_together(len(messages), statement), params, history)
+            return run_pk, rows
         rows = [] if history is None else self.history(*history)
         run_pk = self.insert_run(**run)
         self.insert_messages([(row[0], run_pk, *row[2:]) for row in messages])
         self.take_lease(*lease, leaf=run_pk)
         return run_pk, rows
 
-    def start_child(self, *, run: dict, messages: list[tuple],
-                    history: HistoryRead | None = None) -> tuple[int, list[HistoryRow]]:
+    def start_child(self, *, run: dict, messages: list[tuple], history: HistoryRead | None = None,
+                    children: list[tuple] = (), children_messages: list[tuple] = (),
+                    new_children: list[dict] = ()) -> tuple[int, list[HistoryRow], list[int]]:
         """A step's or member's start: insert its run (`run`: the arguments of `insert_run`) and its first
         messages (rows as for `insert_messages`, whose run is filled in), after reading `history` as
-        `start_run` does. Returns (the run's id, the history rows). One statement on PostgreSQL
-        (`RunSQL.start_child_together`), atomic by itself; elsewhere the statements one by one: call it
-        inside `atomic()` then."""
+        `start_run` does. With them, what earlier children left for the tree's next write, as `finish`
+        takes it: the ends of `children` ((run pk, when, outcome)), their `children_messages` and the
+        rows of `new_children` (inserted before this run's row, so in start order); the history is read
+        before those writes too. Returns (the run's id, the history rows, the ids of `new_children`).
+        One statement on PostgreSQL (`RunSQL.start_child_together`), atomic by itself; elsewhere the
+        statements one by one: call it inside `atomic()` then."""
         if self.writes_in_one_statement and messages:
-            params = [*self._run_params(**run), *self._message_params(messages, without_run=True)]
+            params = [parameter for row in new_children for parameter in self._run_params(**row)]
+            params += [*self._run_params(**run), *self._message_params(messages, without_run=True),
+                       *self._message_params(children_messages)]
+            for pk, at, end in children:
+                params += self._child_end_params(pk, at, end)
+            held = (len(children), len(children_messages), len(new_children))
             return self._started_with_history(
-                lambda statement: self.sql.start_child_together(len(messages), statement), params, history)
+                lambda statement: self.sql.start_child_together(len(messages), statement, held), params, history,
+                held_ids=bool(new_children))
         rows = [] if history is None else self.history(*history)
+        stored = [self.insert_run(**row) for row in new_children]
+        self.insert_messages(list(children_messages))
+        for pk, at, end in children:
+            self.finish_run(pk, state_version=None, now=at, **end)
         run_pk = self.insert_run(**run)
         self.insert_messages([(row[0], run_pk, *row[2:]) for row in messages])
-        return run_pk, rows
+        return run_pk, rows, stored
 
     def start_new_session(self, *, session: ChatSession, run: dict, messages: list[tuple]) -> tuple[int, int] | None:
         """A new session's first start, written at once: insert `session` (unsaved, its lease already
@@ -674,9 +718,8 @@ class RunStore:
             for row in new_children:
                 params += self._run_params(**row)
             params += [*self._change_params(changes, by_run_id=bool(new_children)), *self._message_params(messages)]
-            for pk, at, end in children:  # (id, status, content, content_type, error, metrics, finished_at)
-                values = self._finish_params(pk, state_version=None, now=at, **end)
-                params += (pk, *values[:5], values[6])
+            for pk, at, end in children:
+                params += self._child_end_params(pk, at, end)
             params += self._finish_params(run_pk, status, content, content_type, error, metrics, state_version, now)
             return self.execute(statement, params).fetchone()[0] == 1
         if not self.release_lease(session_pk, token, base_version, now, last_seq, state_text, state_version):

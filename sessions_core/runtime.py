@@ -87,6 +87,7 @@ class _Deferred(NamedTuple):
     ended: datetime
     outcome: dict
     child: RunLoop | None = None
+    component_id: str = ""  # whose run ended (a step agent's, a member's): its history may read it
 
 
 @dataclass
@@ -510,17 +511,24 @@ class RunLoop:
 
     def _start_child_sync(self) -> None:
         config, root, now = self.config, self.root, timezone.now()
+        pending = root.pending
+        read, history = None, []
+        if config.add_history_to_context:
+            read = history_module.history_read(root.start.session_pk, config.num_history_runs,
+                                               config.num_history_messages, config.component_id)
+        # Earlier steps' ends, when held, go with its start, which reads its history before them: when
+        # that read is to see one (an earlier run of this same agent, in a Loop), they are stored first.
+        flush_first = bool(pending) and read is not None and (config.store_history_messages or any(
+            entry.component_id == config.component_id for entry in pending))
         with RunStore(self.alias) as store:
-            # Its history read, run row and first messages are one statement on PostgreSQL, and a function
-            # step's row alone is one anywhere: atomic by itself, no transaction around it (the history
-            # read needs none: the root holds the lease). Earlier steps' ends, when held, go with it.
-            alone = not root.pending and (config.kind == "function" or store.writes_in_one_statement)
+            # Its history read, run row, first messages and the held ends are one statement on PostgreSQL,
+            # and a function step's row alone is one anywhere: atomic by itself, no transaction around it
+            # (the history read needs none: the root holds the lease).
+            folds = store.writes_in_one_statement and config.kind != "function"
+            alone = (folds and not flush_first) or (not pending and (config.kind == "function" or folds))
             with store.atomic(one_statement=alone):
-                self._flush_pending(store)
-                read, history = None, []
-                if config.add_history_to_context:
-                    read = history_module.history_read(root.start.session_pk, config.num_history_runs,
-                                                       config.num_history_messages, config.component_id)
+                if flush_first:
+                    self._flush_pending(store)
                 if read and config.store_history_messages:  # its seqs go on the run row: read it first
                     read, history = None, history_module.replayed(store.history(*read), read)
                 first = []
@@ -529,12 +537,20 @@ class RunLoop:
                     first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
                     first.append(ChatMessage(role=Role.USER, content=self.input))
                 rows, root.last_seq = self._message_rows(root.start.session_pk, None, first, root.last_seq, now)
-                self.run_pk, history_rows = store.start_child(run={
+                held = list(pending)
+                pending.clear()
+                new_children = [entry for entry in held if entry.child is not None]
+                self.run_pk, history_rows, stored = store.start_child(run={
                     "run_id": self.run_id, "session_pk": root.start.session_pk, "component_id": config.component_id,
                     "input": self.input, "model_id": self.model.id if self.model else "", "now": now,
                     "kind": config.kind, "parent_pk": self.parent.run_pk, "step_name": self.step_name[:200],
                     "history_seqs": [m.seq for m in history] if config.store_history_messages else None,
-                }, messages=rows, history=read)  # read by the start's own statement
+                }, messages=rows, history=read,  # read by the start's own statement
+                    children=[(entry.run_pk, entry.ended, entry.outcome) for entry in held if entry.child is None],
+                    children_messages=[row for entry in held for row in entry.messages],
+                    new_children=[entry.child._stored_row(entry) for entry in new_children])
+                for entry, run_pk in zip(new_children, stored):
+                    entry.child.run_pk = run_pk
                 if read:
                     history = history_module.replayed(history_rows, read)
         self.output.messages = first[:-1] + history + first[-1:] if first else history
@@ -554,7 +570,8 @@ class RunLoop:
         elif self.defer_finish:
             root, now = self.root, timezone.now()
             rows, root.last_seq = self._message_rows(root.start.session_pk, self.run_pk, messages, root.last_seq, now)
-            root.pending.append(_Deferred(rows, self.run_pk, now, self._outcome(status, out.error)))
+            root.pending.append(_Deferred(rows, self.run_pk, now, self._outcome(status, out.error),
+                                          component_id=self.config.component_id))
         else:
             await call_sync(self._finish_child_sync, status, out.error, messages)
         out.session_state = json.loads(self.tracker.state_text)

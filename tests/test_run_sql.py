@@ -130,8 +130,8 @@ class TestHistory(TestCase):
                          (session.pk, None, seq, Role.USER, "add milk", None, "", "", False, now)]
                 with store.atomic(one_statement=store.writes_in_one_statement):
                     if read.component_id:
-                        run_pk, rows = store.start_child(run={**run, "kind": "agent", "parent_pk": parent.pk,
-                                                              "step_name": "keep"}, messages=first, history=read)
+                        run_pk, rows, _ = store.start_child(run={**run, "kind": "agent", "parent_pk": parent.pk,
+                                                                 "step_name": "keep"}, messages=first, history=read)
                     else:
                         run_pk, rows = store.start_run(run=run, messages=first, history=read,
                                                        lease=(session.pk, "tok", now, now, seq))
@@ -268,14 +268,14 @@ class TestWrites(TestCase):
         store, now, session = self.store, self.now, self.session
         parent = Run.objects.create(session=session, input="go", kind="workflow")
         with store.atomic(one_statement=store.writes_in_one_statement):
-            run_pk, history = store.start_child(
+            run_pk, history, _ = store.start_child(
                 run={"run_id": "s-1", "session_pk": session.pk, "component_id": "keeper", "input": "add milk",
                      "model_id": "m", "history_seqs": [4], "now": now, "kind": "agent", "parent_pk": parent.pk,
                      "step_name": "keep"},
                 messages=[(session.pk, None, 5, Role.SYSTEM, "Be brief.", None, "", "", False, now),
                           (session.pk, None, 6, Role.USER, "add milk", None, "", "", False, now)],
             )
-            without_messages, _ = store.start_child(
+            without_messages, _, _ = store.start_child(
                 run={"run_id": "s-2", "session_pk": session.pk, "component_id": "count", "input": "go",
                      "model_id": "", "history_seqs": None, "now": now, "kind": "function", "parent_pk": parent.pk,
                      "step_name": "count"},
@@ -291,6 +291,45 @@ class TestWrites(TestCase):
         bare = Run.objects.get(run_id="s-2")
         assert (bare.pk, bare.parent_run_id, bare.kind, bare.messages.count()) == (without_messages, parent.pk,
                                                                                     "function", 0)
+
+    def test_start_child_writes_what_earlier_steps_left_for_it_and_reads_its_history_before(self):
+        # A workflow's earlier steps: an agent step whose end (and messages) waited, two function steps
+        # whose whole rows did. On PostgreSQL all of it goes in the next step's one statement.
+        store, now, session = self.store, self.now, self.session
+        parent = Run.objects.create(session=session, input="go", kind="workflow")
+        waited = Run.objects.create(session=session, parent_run=parent, input="add milk", kind="agent",
+                                    component_id="keeper", step_name="keep")
+        ended = now + timedelta(milliseconds=4)
+        end = (waited.pk, ended, {"status": RunStatus.COMPLETED, "content": "Added.", "content_type": "str",
+                                  "error": "", "metrics": {"model_calls": 1}})
+        functions = [dict(run_id=f"f-{n}", session_pk=session.pk, component_id="count", input="go", model_id="",
+                          now=now, kind="function", parent_pk=parent.pk, step_name=f"count {n}", history_seqs=None,
+                          finished_at=ended, status=RunStatus.COMPLETED, content=f"counted {n}", content_type="str",
+                          error="", metrics={}) for n in (1, 2)]
+        read = HistoryRead(session.pk, 1, None, "keeper")
+        with store.atomic(one_statement=store.writes_in_one_statement):
+            run_pk, history, stored = store.start_child(
+                run={"run_id": "s-1", "session_pk": session.pk, "component_id": "keeper", "input": "and eggs",
+                     "model_id": "m", "history_seqs": None, "now": now, "kind": "agent", "parent_pk": parent.pk,
+                     "step_name": "keep again"},
+                messages=[(session.pk, None, 3, Role.USER, "and eggs", None, "", "", False, now)],
+                history=read, children=[end],
+                children_messages=[(session.pk, waited.pk, 1, Role.USER, "add milk", None, "", "", False, now),
+                                   (session.pk, waited.pk, 2, Role.ASSISTANT, "Added.", None, "", "", False, ended)],
+                new_children=functions)
+
+        assert history == []  # read before the end it stores: that run was not completed yet
+        assert list(Run.objects.filter(parent_run=parent).order_by("pk").values_list("run_id", flat=True))[1:] == [
+            "f-1", "f-2", "s-1"]  # in start order
+        assert stored == list(Run.objects.filter(run_id__in=["f-1", "f-2"]).order_by("pk").values_list("pk", flat=True))
+        assert Run.objects.get(run_id="s-1").pk == run_pk
+        assert Run.objects.values_list("status", "content", "finished_at").get(pk=waited.pk) == (
+            "completed", "Added.", ended)
+        assert Run.objects.values_list("status", "content").get(run_id="f-2") == ("completed", "counted 2")
+        assert list(Message.objects.order_by("seq").values_list("run_id", "seq", "content")) == [
+            (waited.pk, 1, "add milk"), (waited.pk, 2, "Added."), (run_pk, 3, "and eggs")]
+        # and the next start sees that end
+        assert [row.content for row in store.history(*read)] == ["add milk", "Added."]
 
     def test_a_new_session_its_first_run_and_messages_are_written_at_once_as_the_orm_would(self):
         store, now = self.store, self.now
@@ -589,5 +628,6 @@ def test_no_statement_holds_a_percent_sign_but_its_placeholders():
         statements += [sql.start_together(2), sql.start_child_together(2), sql.start_new_session(2),
                        sql.start_together(2, sql.history_by_messages),
                        sql.start_child_together(2, sql.step_history_by_runs),
+                       sql.start_child_together(2, sql.step_history_by_runs, held=(1, 2, 2)),
                        sql.finish_together(2, 2, True, children=1, new_children=1)]
     assert statements and all("%" not in text.replace("%s", "") and "?" not in text for text in statements)
