@@ -23,6 +23,7 @@ from .demo_tools import (  # noqa: F401  (the shopping tools are also known by t
     complete_task,
     delete_step,
     list_items,
+    list_steps,
     list_tasks,
     remove_item,
     update_step_status,
@@ -135,9 +136,9 @@ def _project_team() -> Team:
     planner = Agent(name="Planner", role="Adds and deletes project steps", model=default_model(),
                     tools=[add_step, delete_step], add_session_state_to_context=True,
                     instructions="You add and delete the project's steps with the tools.")
-    tracker = Agent(name="Status tracker", role="Marks steps completed, in progress or pending",
-                    model=default_model(), tools=[update_step_status], add_session_state_to_context=True,
-                    instructions="You update the status of the project's steps with the tool.")
+    tracker = Agent(name="Status tracker", role="Marks steps completed, in progress or pending; reports the status",
+                    model=default_model(), tools=[update_step_status, list_steps], add_session_state_to_context=True,
+                    instructions="You update the status of the project's steps, and report it, with the tools.")
     return Team(
         name="Project team", id="project-team", model=default_model(), members=[planner, tracker], markdown=True,
         instructions=("Delegate adding and deleting steps to the Planner and status changes to the Status "

@@ -177,3 +177,11 @@ def update_step_status(run_context: RunContext, name: str, status: str) -> str:
         return f"Error: there is no step named {name!r}."
     step["status"] = status.strip().lower() or "pending"
     return f"{step['name']} is now {step['status']}."
+
+
+def list_steps(run_context: RunContext) -> str:
+    """Show every step of the project plan with its priority and status."""
+    steps = _records(run_context, "steps")
+    if not steps:
+        return "The project has no steps yet."
+    return "Steps: " + "; ".join(f"{s.get('name')} ({s.get('priority')}, {s.get('status')})" for s in steps)

@@ -2,9 +2,11 @@
 
 It reads the user's words and the tools on offer, calls the tools a simple request needs
 ("add milk and eggs", "remove eggs", "what is on my list", "add a task to call the dentist (high)",
-"mark groceries as completed"), then says in words what the tools did, from their results: a
-tool that changed nothing or failed is reported as such. As a team's model it hands the request
-to the member whose id, name or role words it names and reports the member's reply. Under a JSON
+"mark groceries as completed", "organize my tasks by priority", "what is the status of the
+project?"), then says in words what the tools did, from their results: a tool that changed nothing
+or failed is reported as such. As a team's model it hands the request to the member whose id, name
+or role words it names (a word of the name counts twice one of the role) and reports the member's
+reply. Under a JSON
 schema it answers with JSON that fits the schema, filled from the user's words where it can.
 Summaries and titles come from the transcript in the prompt.
 
@@ -391,11 +393,14 @@ def _delegation(members: list[_Member], said: str) -> tuple[str, dict]:
 
 
 def _best_member(members: list[_Member], said: str) -> _Member | None:
-    """The member sharing the most words with `said` (by id, name or role); ties go to the first listed."""
+    """The member sharing the most words with `said`, a word of its id or name counting twice one of its
+    role ('the status of the project' is the Status tracker's, not the Planner's who 'adds project
+    steps'); ties go to the first listed."""
     if not members:
         return None
     wanted = _stems(said)
-    scores = [len(wanted & _stems(f"{m.id.replace('-', ' ')} {m.name} {m.role}")) for m in members]
+    scores = [2 * len(wanted & _stems(f"{m.id.replace('-', ' ')} {m.name}")) + len(wanted & _stems(m.role))
+              for m in members]
     return members[scores.index(max(scores))]
 
 
@@ -450,6 +455,13 @@ _TASK_STATUS = [
 _TASK_SHOW = re.compile(
     rf"\b(?:show|list|view|see|display|what(?:'s|’s| is| are))\b.*?\b(?:(?P<status>pending|completed|done|open)\s+)?"
     rf"{_TASK_NOUN}\b", re.I | re.S)
+# 'what is the status of the project?', 'how is the project progressing': show the tasks or steps.
+_TASK_STATUS_ASKED = re.compile(
+    r"\b(?:what(?:'s|’s| is)|how(?:'s|’s| is)|show|give me|report)\b.*\b(?:status|progress(?:ing)?)\b"
+    r"(?!\s+(?:to|as)\b)", re.I | re.S)
+# 'organize my tasks', 'tidy up the to-do list': clear what is done and show what is left.
+_TASK_ORGANIZE = re.compile(
+    rf"\b(?:re)?(?:organi[sz]e|tidy|clean|sort|prioriti[sz]e)\b.*\b{_TASK_NOUN}\b", re.I | re.S)
 _TASK_REMOVE = re.compile(r"\b(?:delete|remove|drop|cancel)\s+(?P<items>.+)", re.I | re.S)
 _TASK_ADD = re.compile(r"\b(?:add|create|schedule)\s+(?P<items>.+)", re.I | re.S)
 _TASK_ADD_LEAD = re.compile(
@@ -468,8 +480,9 @@ def _parse_task_request(text: str) -> _TaskRequest | None:
     """Read a request about tasks or project steps from the user's words, or None if it is not one."""
     if _TASK_CLEAR_DONE.search(text):
         return _TaskRequest(clear_completed=True)
-    if match := _TASK_SHOW.search(text):
-        status = match["status"] and _status_word(match["status"].lower())
+    if match := (_TASK_SHOW.search(text) or _TASK_STATUS_ASKED.search(text)):
+        status = match.groupdict().get("status")
+        status = status and _status_word(status.lower())
         return _TaskRequest(show=True, show_status=status)
     for pattern in _TASK_STATUS:
         if match := pattern.search(text):
@@ -478,7 +491,15 @@ def _parse_task_request(text: str) -> _TaskRequest | None:
     if match := _TASK_REMOVE.search(text):
         return _TaskRequest(remove=_task_names(match["items"]))
     if match := _TASK_ADD.search(text):
-        return _TaskRequest(add=[_task_details(part) for part in _task_parts(match["items"])])
+        added: list[tuple[str, dict]] = []
+        for name, details in map(_task_details, _task_parts(match["items"])):
+            if name:
+                added.append((name, details))
+            elif added:  # 'write the report, high priority': a part of details alone is the last task's
+                added[-1][1].update(details)
+        return _TaskRequest(add=added) if added else None
+    if _TASK_ORGANIZE.search(text):
+        return _TaskRequest(clear_completed=True, show=True)
     return None
 
 
@@ -516,7 +537,10 @@ def _task_names(text: str) -> list[str]:
 def _task_calls(request: _TaskRequest, box: _Toolbox, known: list[str]) -> list[tuple[str, dict]]:
     """Calls of the task tools for `request`, or [] when a tool it needs is not on offer."""
     if request.clear_completed:
-        return [box.clear_completed.call()] if box.clear_completed else []
+        calls = [box.clear_completed.call()] if box.clear_completed else []
+        if request.show and box.show:
+            calls.append(box.show.call(status=None))
+        return calls
     if request.complete:
         tool = box.complete
         if tool is None or (request.status != "completed" and not tool.param("status")):
@@ -648,6 +672,7 @@ def _report_tool_results(messages: list[dict], box: _Toolbox) -> str:
         return "Done."
     results = {m.get("tool_call_id"): _text(m.get("content")) for m in messages[turn + 1 :] if m.get("role") == "tool"}
     report = _Report()
+    by_priority = bool(_BY_PRIORITY.search(_last_user_text(messages)))
     for call in messages[turn]["tool_calls"]:
         name = call["function"]["name"]
         arguments = _json_object(call["function"].get("arguments"))
@@ -659,12 +684,15 @@ def _report_tool_results(messages: list[dict], box: _Toolbox) -> str:
         elif _unchanged(result, box.role(name)):
             report.sentences.append(_sentence(result))
         else:
-            _report_success(report, box.role(name), name, arguments, result, box.tasks)
+            _report_success(report, box.role(name), name, arguments, result, box.tasks, by_priority)
     return report.text(box.tasks)
 
 
+_BY_PRIORITY = re.compile(r"\b(?:by|in order of)\s+priority\b|\bprioriti[sz]e\b", re.I)
+
+
 def _report_success(report: _Report, role: str | None, name: str, arguments: dict, result: str,
-                    tasks: bool) -> None:
+                    tasks: bool, by_priority: bool = False) -> None:
     """Add a call that did what it was asked to the report, in the words of its role."""
     subject = next((value for value in arguments.values() if isinstance(value, str)), "")
     if role == "update_state":
@@ -684,7 +712,7 @@ def _report_success(report: _Report, role: str | None, name: str, arguments: dic
         status = next((value for key, value in arguments.items() if "status" in key.lower()), "completed")
         report.completed.append(f"Marked {subject} as {status}.")
     elif role == "show":
-        report.shown.append(_describe_list(result, "Your tasks" if tasks else "Your list"))
+        report.shown.append(_describe_list(result, "Your tasks" if tasks else "Your list", by_priority))
     else:
         report.sentences.append(f"{name} returned: {result.rstrip('.')}.")
 
@@ -692,7 +720,7 @@ def _report_success(report: _Report, role: str | None, name: str, arguments: dic
 _FAILED = re.compile(
     r"^\s*error\b|\bnot found\b|\bnot on (?:the|your) list\b|\bno such\b|\b(?:does not|doesn't) exist\b"
     r"|\bcould not\b|\bcouldn't\b|\bcannot\b|\bfailed\b", re.I)
-_UNCHANGED = re.compile(r"\balready\b|\bnothing to\b|\bno changes?\b", re.I)
+_UNCHANGED = re.compile(r"\balready\b|\bnothing to\b|\bno changes?\b|\bthere (?:were|was|are|is) no\b", re.I)
 
 
 def _failed(result: str, role: str | None) -> bool:
@@ -727,14 +755,26 @@ def _json_object(text) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _describe_list(result: str, label: str = "Your list") -> str:
-    """'Your list: milk, bread.' from a list tool's result, JSON or plain text; tasks with their details."""
+_PRIORITY_RANK = {"high": 0, "medium": 1, "low": 2}
+
+
+def _priority_rank(text) -> int:
+    """0 for high, 1 medium, 2 low, by the first of those words in `text`; 3 with none."""
+    match = re.search(r"\b(high|medium|low)\b", str(text), re.I)
+    return _PRIORITY_RANK[match[1].lower()] if match else len(_PRIORITY_RANK)
+
+
+def _describe_list(result: str, label: str = "Your list", by_priority: bool = False) -> str:
+    """'Your list: milk, bread.' from a list tool's result, JSON or plain text; tasks with their details,
+    highest priority first when `by_priority`."""
     try:
         value = json.loads(result)
     except ValueError:
         value = result
     if isinstance(value, dict):
         value = next((v for v in value.values() if isinstance(v, list)), value)
+    if by_priority and isinstance(value, list):
+        value = sorted(value, key=lambda item: _priority_rank(item.get("priority", "") if isinstance(item, dict) else ""))
     empty = "Your list is empty." if label == "Your list" else "There are no tasks."
     if isinstance(value, list):
         return f"{label}: {_phrase([_label(item) for item in value])}." if value else empty
@@ -743,6 +783,8 @@ def _describe_list(result: str, label: str = "Your list") -> str:
         return empty
     head, colon, items = text.partition(":")
     if colon and items.strip() and len(head) <= 40:  # "Shopping list: milk, bread": the items after the label
+        if by_priority and ";" in items:  # "Tasks: a (low, pending); b (high, pending)"
+            items = "; ".join(sorted((item.strip() for item in items.split(";")), key=_priority_rank))
         return f"{label}: {items.strip()}."
     if "," not in text and len(text.split()) > 2:  # a sentence of the tool's own ("The list is empty.")
         return f"{text}."

@@ -19,7 +19,7 @@ from chatapp.assistants import (
     reset_assistants,
 )
 from sessions_core.llm import OfflineModel, OpenAIChat
-from sessions_core.models import ChatSession, StateChange
+from sessions_core.models import ChatSession, Run, StateChange
 from sessions_core.tools import RunContext
 from tests.factories import make_session, make_user
 from tests.llm_server import Text, ToolCalls
@@ -176,3 +176,35 @@ class TestEndToEnd(TestCase):
         assert "milk" in output.content and "eggs" in output.content
         assert assistants.assistant_name("notes") == "Notes and list"
         assert ChatSession.objects.get(pk=session.pk).component_id == "notes"
+
+    @override_settings(OPENAI_API_KEY="", OPENAI_BASE_URL="", OFFLINE_MODEL_DELAY=0)
+    def test_the_task_router_on_the_offline_model_adds_organizes_and_lists_by_priority(self):
+        session = make_session(owner=self.alice, component_id="task-router", kind="workflow")
+        router = get_assistant("task-router")
+
+        def say(text):
+            return router.run(text, session_id=session.session_id, user_id=self.alice).content
+
+        assert say("add a task: write the report, high priority") == "Added Write the report (high priority)."
+        say("add buy milk (low)")
+        say("complete write the report")
+        say("add call the dentist")
+        reply = say("organize my tasks by priority")
+        assert reply == ("Cleared the completed tasks. "
+                         "Your tasks: Call the dentist (medium, pending); Buy milk (low, pending).")
+        session.refresh_from_db()
+        assert [task["name"] for task in session.session_state["task_list"]] == ["Buy milk", "Call the dentist"]
+
+    @override_settings(OPENAI_API_KEY="", OPENAI_BASE_URL="", OFFLINE_MODEL_DELAY=0)
+    def test_the_project_team_on_the_offline_model_reports_the_status_through_the_tracker(self):
+        session = make_session(owner=self.alice, component_id="project-team", kind="team")
+        team = get_assistant("project-team")
+        for text in ("add a Deploy step with high priority", "add a Test step", "mark Deploy as completed"):
+            team.run(text, session_id=session.session_id, user_id=self.alice)
+
+        output = team.run("what is the status of the project?", session_id=session.session_id, user_id=self.alice)
+
+        assert output.content == ("Status tracker: Your tasks: Deploy step (high, completed); "
+                                  "Test step (medium, pending).")
+        assert list(Run.objects.filter(parent_run__run_id=output.run_id).values_list("component_id", flat=True)) == [
+            "status-tracker"]

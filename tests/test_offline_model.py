@@ -306,6 +306,16 @@ def test_a_team_delegates_the_request_to_the_member_it_names(said, member_id):
     ]
 
 
+def test_a_word_of_a_members_name_outweighs_one_of_another_members_role():
+    roster = ("<team_members>\n- member_id: planner | name: Planner | role: Adds and deletes project steps\n"
+              "- member_id: status-tracker | name: Status tracker | role: Marks steps completed\n</team_members>")
+
+    final = stream([{"role": "system", "content": roster}, user("what is the status of the project?")],
+                   DELEGATE_TOOLS)[-1]
+
+    assert json.loads(final.tool_calls[0].arguments)["member_id"] == "status-tracker"
+
+
 def test_a_member_with_no_role_is_matched_by_its_name():
     roster = "<team_members>\n- member_id: web | name: Web Researcher\n- member_id: writer | name: Writer\n</team_members>"
 
@@ -398,6 +408,9 @@ def test_a_name_said_in_part_is_the_task_in_the_state():
     ("Add a step Deploy to Production assigned to Eve with high priority",
      [("add_step", {"step_name": "Deploy to Production", "priority": "high", "assignee": "Eve"})]),
     ("show the steps", [("get_steps", {})]),
+    ("what is the status of the project?", [("get_steps", {})]),
+    ("how is the project progressing", [("get_steps", {})]),
+    ("set Create API as in progress", [("update_step_status", {"step_name": "Create API", "status": "in progress"})]),
 ])
 def test_variants_of_the_task_tools_are_matched_by_name_and_parameters(said, calls):
     assert planned_calls(said, STEP_TOOLS) == calls
@@ -436,6 +449,38 @@ def test_after_task_tools_it_says_what_they_did():
         "Added Buy groceries (low priority) and Call the dentist (medium priority). "
         "Marked Buy groceries as completed. "
         "Your tasks: Buy groceries (low, completed) and Call the dentist (medium, pending).")
+
+
+def test_a_priority_said_after_a_comma_is_the_tasks_not_a_task_of_its_own():
+    # It was split off as a second task with no name: "add_task failed: The task name is empty".
+    assert planned_calls("add a task: write the report, high priority", TASK_TOOLS) == [
+        ("add_task", {"name": "Write the report", "priority": "high"}),
+    ]
+    assert planned_calls("add buy milk, low priority, and call mum", TASK_TOOLS) == [
+        ("add_task", {"name": "Buy milk", "priority": "low"}),
+        ("add_task", {"name": "Call mum", "priority": "medium"}),
+    ]
+
+
+@pytest.mark.parametrize("said", ["organize my tasks by priority", "tidy up my to-do list", "clean my tasks"])
+def test_organizing_the_tasks_clears_the_completed_ones_and_shows_the_rest(said):
+    assert planned_calls(said, TASK_TOOLS) == [("clear_completed_tasks", {}), ("list_tasks", {})]
+    # With no tool to clear them (the task viewer's), they are shown.
+    assert planned_calls(said, [task_tool("list_tasks")]) == [("list_tasks", {})]
+
+
+def test_tasks_asked_for_by_priority_are_listed_highest_first():
+    listed = "Tasks: Buy milk (low, pending); Deploy (high, pending); Write tests (medium, pending)"
+    messages = tool_turn("organize my tasks by priority",
+                         ("clear_completed_tasks", {}, "There were no completed tasks to remove."),
+                         ("list_tasks", {}, listed))
+
+    assert reply_text(stream(messages, TASK_TOOLS)) == (
+        "There were no completed tasks to remove. "  # not "Cleared": there was nothing to clear
+        "Your tasks: Deploy (high, pending); Write tests (medium, pending); Buy milk (low, pending).")
+    as_json = json.dumps([{"name": "Buy milk", "priority": "low"}, {"name": "Deploy", "priority": "high"}])
+    messages = tool_turn("show my tasks by priority", ("list_tasks", {}, as_json))
+    assert reply_text(stream(messages, TASK_TOOLS)) == "Your tasks: Deploy (high) and Buy milk (low)."
 
 
 # -- bug 5: never claim a change the tools did not make ------------------------------------------------
