@@ -5,7 +5,7 @@ a conversation's content or state records who looked (AdminAccess), in a list no
 import json
 from datetime import timedelta
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -14,7 +14,8 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from .models import USAGE_SUMS, AdminAccess, ChatSession, Message, Run, StateChange
+from .models import USAGE_SUMS, AdminAccess, ChatSession, Message, Run, RunStatus, StateChange
+from .run_registry import request_cancel
 
 TRANSCRIPT_PAGE = 50
 USAGE_DAYS = 30
@@ -149,8 +150,20 @@ class ChatSessionAdmin(RecordsAccess, admin.ModelAdmin):
         return TemplateResponse(request, "admin/sessions_core/transcript.html", context)
 
 
+class WrittenByTheEngine(RecordsAccess, admin.ModelAdmin):
+    """Runs, messages and state changes are what happened: shown, never added or edited here (an edited
+    reply or patch would no longer be what the model said or the tools did, and the state's history
+    would no longer rebuild the state). A session is deleted whole, with all of them, from its page."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Run)
-class RunAdmin(RecordsAccess, admin.ModelAdmin):
+class RunAdmin(WrittenByTheEngine):
     list_display = ["run_id", "session", "kind", "step_name", "status", "model_id", "created_at", "finished_at"]
     list_filter = ["status", "kind", "component_id"]
     list_select_related = ["session"]
@@ -158,9 +171,25 @@ class RunAdmin(RecordsAccess, admin.ModelAdmin):
     raw_id_fields = ["session", "parent_run"]
     readonly_fields = ["run_id", "metrics", "history_seqs", "step_runs"]
     show_full_result_count = False
+    actions = ["stop_runs"]
 
     def access_of(self, run):
         return run.session, f"run {run.run_id}"
+
+    @admin.action(description="Stop the selected running runs")
+    def stop_runs(self, request, queryset):
+        """As the chat's Stop does: a run of this process stops at once, one of another process at its
+        next checkpoint (within about a second). A step's or member's run is stopped through its root's."""
+        running = queryset.filter(status=RunStatus.RUNNING)
+        roots = set(running.filter(parent_run__isnull=True).values_list("run_id", flat=True))
+        roots |= {_root_run_id(run) for run in running.filter(parent_run__isnull=False)}
+        for run_id in roots:
+            request_cancel(run_id)
+        stopped = Run.objects.filter(run_id__in=roots, status=RunStatus.RUNNING).update(cancel_requested=True)
+        if stopped:
+            self.message_user(request, f"Asked {stopped} run(s) to stop.", messages.SUCCESS)
+        else:
+            self.message_user(request, "None of the selected runs is running.", messages.WARNING)
 
     @admin.display(description="Step and member runs")
     def step_runs(self, run):
@@ -176,6 +205,13 @@ class RunAdmin(RecordsAccess, admin.ModelAdmin):
         return _run_tree(by_parent, run.pk) or "-"
 
 
+def _root_run_id(run: Run) -> str:
+    """The run id of the top-level run that `run` is part of (a query per level above it)."""
+    while run.parent_run_id is not None:
+        run = Run.objects.only("run_id", "parent_run_id").get(pk=run.parent_run_id)
+    return run.run_id
+
+
 def _run_tree(by_parent: dict, parent_pk: int) -> str:
     children = by_parent.get(parent_pk, [])
     if not children:
@@ -189,7 +225,7 @@ def _run_tree(by_parent: dict, parent_pk: int) -> str:
 
 
 @admin.register(Message)
-class MessageAdmin(RecordsAccess, admin.ModelAdmin):
+class MessageAdmin(WrittenByTheEngine):
     list_display = ["session", "seq", "role", "tool_name", "created_at"]
     list_filter = ["role"]
     list_select_related = ["session"]
@@ -202,7 +238,7 @@ class MessageAdmin(RecordsAccess, admin.ModelAdmin):
 
 
 @admin.register(StateChange)
-class StateChangeAdmin(RecordsAccess, admin.ModelAdmin):
+class StateChangeAdmin(WrittenByTheEngine):
     list_display = ["session", "version", "source", "run", "created_at"]
     list_select_related = ["session", "run"]
     search_fields = ["session__session_id", "source"]

@@ -123,3 +123,46 @@ def test_each_look_at_a_conversation_is_recorded_and_the_record_cannot_be_edited
 
     session.delete()  # the record outlives the session
     assert AdminAccess.objects.filter(session__isnull=True, session_label=session.session_id).count() == 5
+
+
+def test_runs_messages_and_state_changes_are_shown_but_never_added_or_edited(admin_client_logged_in):
+    from sessions_core.models import Message, Run, StateChange
+
+    client = admin_client_logged_in
+    session = make_session(make_user("fay"), name="Plans")
+    run = make_run(session, "go", "done", kind="workflow")
+    step = make_run(session, "go", "counted", parent_run=run, kind="function", step_name="Count")
+    message = run.messages.get(role="user")
+    change = session.state_changes.create(run=step, version=1, patch=[], inverse=[], source="step:Count/function")
+    for name, obj in (("run", run), ("message", message), ("statechange", change)):
+        page = client.get(reverse(f"admin:sessions_core_{name}_change", args=[obj.pk]))
+        assert page.status_code == 200 and b'name="_save"' not in page.content  # shown, with no Save
+        assert client.get(reverse(f"admin:sessions_core_{name}_add")).status_code == 403
+        assert client.post(reverse(f"admin:sessions_core_{name}_change", args=[obj.pk]), {}).status_code == 403
+    assert b"Count</a> function" in client.get(reverse("admin:sessions_core_run_change", args=[run.pk])).content
+    assert (Message.objects.get(pk=message.pk).content, Run.objects.get(pk=run.pk).content) == ("go", "done")
+
+    # A session is still deleted whole, with its runs, messages and changes.
+    response = client.post(reverse("admin:sessions_core_chatsession_delete", args=[session.pk]), {"post": "yes"})
+    assert response.status_code == 302
+    assert not (Run.objects.filter(session_id=session.pk).exists() or Message.objects.filter(session_id=session.pk)
+                .exists() or StateChange.objects.filter(session_id=session.pk).exists())
+
+
+def test_the_stop_action_asks_running_runs_to_stop_and_a_steps_run_through_its_root(admin_client_logged_in):
+    from sessions_core.models import Run, RunStatus
+
+    session = make_session(make_user("gus"))
+    done = make_run(session, "old", "over")
+    workflow = make_run(session, "go", None, status=RunStatus.RUNNING, kind="workflow")
+    step = make_run(session, "go", None, status=RunStatus.RUNNING, parent_run=workflow, kind="agent", step_name="Keep")
+    changelist = reverse("admin:sessions_core_run_changelist")
+
+    response = admin_client_logged_in.post(changelist, {"action": "stop_runs", "_selected_action": [done.pk]},
+                                           follow=True)
+    assert b"None of the selected runs is running." in response.content
+    response = admin_client_logged_in.post(changelist, {"action": "stop_runs", "_selected_action": [step.pk, done.pk]},
+                                           follow=True)
+    assert b"Asked 1 run(s) to stop." in response.content
+    flags = dict(Run.objects.values_list("pk", "cancel_requested"))
+    assert flags == {done.pk: False, workflow.pk: True, step.pk: False}  # the root's flag is the one runs read
