@@ -3,8 +3,10 @@
 It reads the user's words and the tools on offer, calls the tools a simple request needs
 ("add milk and eggs", "remove eggs", "what is on my list", "add a task to call the dentist (high)",
 "mark groceries as completed", "organize my tasks by priority", "what is the status of the
-project?"), then says in words what the tools did, from their results: a tool that changed nothing
-or failed is reported as such. As a team's model it hands the request to the member whose id, name
+project?"), clause by clause ("add X, then mark Y as completed"), then says in words what the tools
+did, from their results: a tool that changed nothing or failed is reported as such, and a clause no
+tool on offer can do is said ("I have no tool to ..."), for a workflow's next step to read. A JSON
+record passed on by an earlier step (structured output) is saved with the tool that takes its fields. As a team's model it hands the request to the member whose id, name
 or role words it names (a word of the name counts twice one of the role) and reports the member's
 reply. Under a JSON
 schema it answers with JSON that fits the schema, filled from the user's words where it can.
@@ -95,7 +97,8 @@ class _ListRequest:
     show: bool = False
 
 
-_SHOW = re.compile(r"what(?:'s|’s| is) on (?:my|the) (?:shopping )?list|\bshow\b.*\blist\b", re.I)
+_SHOW = re.compile(r"what(?:'s|’s| is) on (?:my|the) (?:shopping )?list|\bshow\b.*\blist\b"
+                   r"|\bshow\b.*\b(?:what(?:'s|’s| is) left|what remains)", re.I)
 _CLEAR = re.compile(r"\bclear\b(?P<rest>.*)", re.I | re.S)
 _CLEAR_THEN_ADD = re.compile(r"\b(?:start(?:ing)?(?: again| over)? with|and add|then add)\s+(?P<items>.+)", re.I | re.S)
 _REMOVE = re.compile(r"\b(?:remove|delete|got|picked up)\s+(?P<items>.+)", re.I | re.S)
@@ -134,6 +137,7 @@ _EXTRA_PARAMS = {  # what the user may say besides the subject, and the words na
     "priority": ("priority",),
     "status": ("status",),
     "assignee": ("assignee", "assigned", "owner"),
+    "notes": ("notes", "note", "comment"),
 }
 _SUBJECT_PARAMS = ("name", "task", "task_name", "item", "title", "step", "step_name", "item_name")
 _TASK_NOUNS = {"task", "tasks", "step", "steps", "todo", "todos"}
@@ -171,10 +175,12 @@ class _Toolbox:
     clear: _Tool | None = None
     show: _Tool | None = None
     complete: _Tool | None = None
+    assign: _Tool | None = None
     clear_completed: _Tool | None = None
     update_state: _Tool | None = None
     tasks: bool = False  # tasks or project steps (names, priorities, statuses) rather than a shopping list
     roles: dict[str, str] = field(default_factory=dict)  # tool name -> role
+    record_tools: set[str] = field(default_factory=set)  # tools with no one subject: they take a whole record
 
     @classmethod
     def of(cls, tools: list[dict]) -> "_Toolbox":
@@ -189,6 +195,8 @@ class _Toolbox:
                 setattr(box, role, tool)
             if role:
                 box.roles[tool.name] = role
+            elif tool.subject is None and parameters.get("required"):
+                box.record_tools.add(tool.name)
             box.tasks = box.tasks or bool(_TASK_NOUNS & set(_name_words(tool.name))) or bool(
                 tool.param("priority") or tool.param("status"))
         return box
@@ -219,6 +227,7 @@ _ROLE_VERBS = (  # (role, verbs in the tool's name, needs a subject); the first 
     ("clear_completed", {"clear", "clean", "purge"}, False),
     ("clear", {"clear", "clean", "reset", "empty"}, False),
     ("complete", {"complete", "finish", "done", "mark", "status"}, True),
+    ("assign", {"assign", "reassign"}, True),
     ("add", {"add", "create", "new", "save", "insert"}, True),
     ("remove", {"remove", "delete", "drop"}, True),
     ("show", {"list", "get", "show", "view", "read"}, False),
@@ -227,10 +236,13 @@ _DONE_WORDS = {"completed", "complete", "done", "finished"}
 
 
 def _role(name: str, has_subject: bool, has_required: bool) -> str | None:
-    """The role a tool's name gives it: add, remove, clear, show, complete, clear_completed, update_state."""
+    """The role a tool's name gives it: add, remove, clear, show, complete, assign, clear_completed,
+    update_state."""
     if name == "update_session_state":
         return "update_state"
     words = set(_name_words(name))
+    if not has_subject and "all" in words and words & {"remove", "delete"}:
+        return "clear"  # remove_all_items
     for role, verbs, needs_subject in _ROLE_VERBS:
         if not verbs & words:
             continue
@@ -272,24 +284,48 @@ def _plan_turn(messages: list[dict], tools: list[dict]) -> tuple[str, list[tuple
         if memory is not None:
             return memory
     last_is_tool = bool(messages) and messages[-1].get("role") == "tool"
-    if DELEGATE_TOOL in names and not last_is_tool:
-        return "", [_delegation(_team_members(messages), said)]
-    box = _Toolbox.of(tools)
+    box = _Toolbox.of([tool for tool in tools if tool.get("function", {}).get("name") != DELEGATE_TOOL])
     if last_is_tool:
         return _report_tool_results(messages, box), []
-    if box.tasks and (task_request := _parse_task_request(said)) is not None:
-        calls = _task_calls(task_request, box, _known_names(_session_state(messages)))
+    if (record := _json_record(said)) and (call := _record_call(tools, record)):
+        return "", [call]
+    left = []
+    if box.tasks:  # a team's own task tools come before its members
+        calls, left = _task_plan(said, box, messages)
         if calls:
             return "", calls
-    request = _parse_request(said)
-    if request is None:
-        return _plain_reply(said), []
-    calls = _direct_calls(request, box)
+    if DELEGATE_TOOL in names:
+        return "", [_delegation(_team_members(messages), said)]
+    calls, list_left = _list_plan(said, box)
     if calls:
         return "", calls
-    if box.update_state:
+    request = _parse_request(said)
+    if request is not None and box.update_state:
         return _update_state(request, box.update_state, _session_state(messages))
+    left = left or list_left
+    if left and box.roles:  # asked what its tools cannot do: said so (a next step may do it)
+        return _no_tool(left), []
     return _plain_reply(said), []
+
+
+def _list_plan(said: str, box: _Toolbox) -> tuple[list[tuple[str, dict]], list[str]]:
+    """The list tools' calls for each clause of `said` they can do, and the clauses they cannot."""
+    calls, left = [], []
+    for clause in _CLAUSES.split(said):
+        clause = clause.strip(_QUOTES + ",.")
+        request = _parse_request(clause)
+        if request is None:
+            continue
+        made = _direct_calls(request, box)
+        calls += [call for call in made if call not in calls]  # 'Added eggs. Your list: ...' shows it once
+        if not made:
+            left.append(clause)
+    return calls, left
+
+
+def _no_tool(clauses: list[str]) -> str:
+    """'I have no tool to clear the list.', a sentence a clause."""
+    return " ".join(f"I have no tool to {clause[:1].lower() + clause[1:].rstrip('.!?')}." for clause in clauses)
 
 
 _ASKS_ABOUT_PAST = re.compile(
@@ -441,10 +477,12 @@ class _TaskRequest:
     show: bool = False
     show_status: str | None = None  # "pending", "completed", or None for all
     clear_completed: bool = False
+    assign: tuple[list[str], str] | None = None  # (names, to whom)
+    notes: str | None = None  # said with a status change ('with notes "..."')
 
 
 _DONE = r"(?:completed?|done|finished)"
-_STATUS_WORDS = r"(?:completed?|done|finished|pending|in progress|blocked|todo|open)"
+_STATUS_WORDS = r"(?:completed?|done|finished|pending|in[ _-]progress|blocked|cancell?ed|todo|open)"
 _TASK_NOUN = r"(?:tasks?|steps?|to-?dos?)"
 _TASK_CLEAR_DONE = re.compile(rf"\b(?:clear|clean(?:\s+up)?|remove|delete|purge)\b.*\b{_DONE}\b", re.I | re.S)
 _TASK_STATUS = [
@@ -462,10 +500,21 @@ _TASK_STATUS_ASKED = re.compile(
 # 'organize my tasks', 'tidy up the to-do list': clear what is done and show what is left.
 _TASK_ORGANIZE = re.compile(
     rf"\b(?:re)?(?:organi[sz]e|tidy|clean|sort|prioriti[sz]e)\b.*\b{_TASK_NOUN}\b", re.I | re.S)
+_TASK_ASSIGN = re.compile(r"\b(?:re)?assign\s+(?P<items>.+?)\s+to\s+(?P<who>[A-Z][\w-]*)", re.I | re.S)
+_TASK_SHOW_REST = re.compile(r"\b(?:show|list|tell)\b.*\b(?:what(?:'s|’s| is) left|what remains|the rest)\b", re.I | re.S)
+_NOTES = re.compile(r"\s*,?\s*\bwith\s+(?:the\s+)?notes?\s*:?\s*(?P<q>['\"‘“])(?P<notes>.+?)(?:['\"’”]|$)", re.I | re.S)
+# Where one request holds several ('add X, then mark Y as done', 'delete X and add Y'): each clause alone.
+_CLAUSES = re.compile(
+    r"(?<=[.!?])\s+(?=[A-Z\"'‘“])|\s*;\s*|\s*,?\s*\bthen\b\s*"
+    r"|\s*,?\s+and\s+(?=(?:add|create|delete|remove|mark|set|reassign|assign|complete|finish|show|list|clear|clean)\b)",
+    re.I)
+_QUOTES = " '\"‘’“”"
+_PRONOUNS = {"it", "them", "this", "that", "this one", "that one"}
 _TASK_REMOVE = re.compile(r"\b(?:delete|remove|drop|cancel)\s+(?P<items>.+)", re.I | re.S)
 _TASK_ADD = re.compile(r"\b(?:add|create|schedule)\s+(?P<items>.+)", re.I | re.S)
 _TASK_ADD_LEAD = re.compile(
-    rf"^(?:(?:a|an|the|some|one|two|three|four|five|\d+)\s+)?(?:new\s+)?{_TASK_NOUN}\b\s*"
+    rf"^(?:(?:a|an|the|some|these|those|my|the following|following|one|two|three|four|five|\d+)\s+)?(?:new\s+)?"
+    rf"{_TASK_NOUN}\b\s*"
     r"(?:(?:to|called|named|for)\b|:)?\s*", re.I)
 _PRIORITY = re.compile(
     r"\s*\(\s*(?P<a>low|medium|high)(?:\s+priority)?\s*\)"
@@ -476,10 +525,34 @@ _TASK_WHERE = re.compile(rf"\s+(?:from|to|in|on|off)\s+(?:my|the)\s+(?:\w+\s+)?{
 _TASK_NOUN_EDGES = re.compile(rf"^(?:{_TASK_NOUN}\s+)|(?:\s+{_TASK_NOUN})$", re.I)
 
 
+def _task_requests(text: str) -> list[tuple[str, _TaskRequest]]:
+    """Each clause of the user's words that is a request about tasks or project steps, with it; a name
+    said as 'it' is the one named in the clause before."""
+    found, last = [], []
+    for clause in _CLAUSES.split(text):
+        request = _parse_task_request(clause.strip(_QUOTES + ",."))
+        if request is None:
+            continue
+        for names in (request.complete, request.remove, request.assign[0] if request.assign else []):
+            names[:] = [name for said in names for name in (last if said.lower() in _PRONOUNS else [said])]
+        last = request.complete or request.remove or (request.assign[0] if request.assign else []) or [
+            name for name, _ in request.add] or last
+        found.append((clause.strip(), request))
+    return found
+
+
 def _parse_task_request(text: str) -> _TaskRequest | None:
-    """Read a request about tasks or project steps from the user's words, or None if it is not one."""
+    """Read a request about tasks or project steps from one clause of the user's words, or None if it
+    is not one."""
+    notes = None
+    if match := _NOTES.search(text):
+        notes, text = match["notes"], text[: match.start()] + text[match.end():]
     if _TASK_CLEAR_DONE.search(text):
-        return _TaskRequest(clear_completed=True)
+        return _TaskRequest(clear_completed=True, show=bool(_TASK_SHOW_REST.search(text)))
+    if _TASK_SHOW_REST.search(text):
+        return _TaskRequest(show=True)
+    if match := _TASK_ASSIGN.search(text):
+        return _TaskRequest(assign=(_task_names(match["items"]), match["who"]))
     if match := (_TASK_SHOW.search(text) or _TASK_STATUS_ASKED.search(text)):
         status = match.groupdict().get("status")
         status = status and _status_word(status.lower())
@@ -487,7 +560,7 @@ def _parse_task_request(text: str) -> _TaskRequest | None:
     for pattern in _TASK_STATUS:
         if match := pattern.search(text):
             status = (match.groupdict().get("status") or "completed").lower()
-            return _TaskRequest(complete=_task_names(match["items"]), status=_status_word(status))
+            return _TaskRequest(complete=_task_names(match["items"]), status=_status_word(status), notes=notes)
     if match := _TASK_REMOVE.search(text):
         return _TaskRequest(remove=_task_names(match["items"]))
     if match := _TASK_ADD.search(text):
@@ -524,6 +597,7 @@ def _task_details(part: str) -> tuple[str, dict]:
         details["assignee"] = match["who"]
         part = part[: match.start()] + part[match.end():]
     name = _ARTICLE.sub("", _TASK_WHERE.sub("", part).strip(" ,.!?"))
+    name = _TASK_NOUN_EDGES.sub("", _TASK_ADD_LEAD.sub("", name)).strip(_QUOTES + ",.!?")  # 'a step called "X"', "'X' step"
     return name[:1].upper() + name[1:], details
 
 
@@ -531,7 +605,20 @@ def _task_names(text: str) -> list[str]:
     """'the Write Tests step and groceries from my tasks' -> ['Write Tests', 'groceries']."""
     text = _PLEASE.sub("", _TASK_WHERE.sub("", text.strip()).strip(" .!?"))
     names = (_TASK_NOUN_EDGES.sub("", _ARTICLE.sub("", part.strip(" .!?"))) for part in _SEPARATORS.split(text))
-    return [name.strip() for name in names if name.strip()]
+    return [name.strip(_QUOTES) for name in names if name.strip(_QUOTES)]
+
+
+def _task_plan(said: str, box: _Toolbox, messages: list[dict]) -> tuple[list[tuple[str, dict]], list[str]]:
+    """The task tools' calls for each clause of `said` the tools on offer can do, and the clauses they
+    cannot (another step's or member's work, as the cookbook's team is told)."""
+    known = _known_names(_session_state(messages))
+    calls, left = [], []
+    for clause, request in _task_requests(said):
+        made = _task_calls(request, box, known)
+        calls += [call for call in made if call not in calls]
+        if not made:
+            left.append(clause)
+    return calls, left
 
 
 def _task_calls(request: _TaskRequest, box: _Toolbox, known: list[str]) -> list[tuple[str, dict]]:
@@ -545,7 +632,11 @@ def _task_calls(request: _TaskRequest, box: _Toolbox, known: list[str]) -> list[
         tool = box.complete
         if tool is None or (request.status != "completed" and not tool.param("status")):
             return []
-        return [tool.call(_known_name(name, known), status=request.status) for name in request.complete]
+        return [tool.call(_known_name(name, known), status=request.status, notes=request.notes)
+                for name in request.complete]
+    if request.assign:
+        names, who = request.assign
+        return [box.assign.call(_known_name(name, known), assignee=who) for name in names] if box.assign else []
     if request.show:
         return [box.show.call(status=request.show_status)] if box.show else []
     if request.remove:
@@ -622,6 +713,38 @@ def _update_state(request: _ListRequest, tool: _Tool, state: dict):
     return "", [tool.call({"shopping_list": items})]
 
 
+def _json_record(text: str) -> dict | None:
+    """`text` as a JSON object (an earlier step's structured output, passed on), else None."""
+    if not text.startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+_RECORD_VERBS = {"save", "add", "create", "insert", "record", "store", "track", "log", "register"}
+
+
+def _record_call(tools: list[dict], record: dict) -> tuple[str, dict] | None:
+    """A record handed on by an earlier step, saved with the tool that takes it: one whose name says it
+    saves (save, add, track, ...) and whose required parameters the record fills; the one taking the
+    most of its fields wins."""
+    best, taken = None, 0
+    for wire in tools:
+        function = wire.get("function") or {}
+        parameters = function.get("parameters") or {}
+        required = parameters.get("required") or []
+        if not required or not _RECORD_VERBS & set(_name_words(function.get("name", ""))):
+            continue
+        arguments = {key: record[key] for key in parameters.get("properties") or {}
+                     if record.get(key) not in (None, "", [], {})}
+        if all(key in arguments for key in required) and len(arguments) > taken:
+            best, taken = (function["name"], arguments), len(arguments)
+    return best
+
+
 _SESSION_STATE = re.compile(r"<session_state>\s*(.*?)\s*</session_state>", re.S)
 
 
@@ -681,10 +804,16 @@ def _report_tool_results(messages: list[dict], box: _Toolbox) -> str:
             report.sentences.append(_delegation_report(arguments, result, _team_members(messages)))
         elif _failed(result, box.role(name)):
             report.sentences.append(f"{name} failed: {_sentence(_without_error_prefix(result))}")
-        elif _unchanged(result, box.role(name)):
-            report.sentences.append(_sentence(result))
+        elif _unchanged(result, box.role(name)) or name in box.record_tools:
+            report.sentences.append(_sentence(result))  # a record's tool says best what it saved
         else:
             _report_success(report, box.role(name), name, arguments, result, box.tasks, by_priority)
+    if not box.update_state and not any(call["function"]["name"] == DELEGATE_TOOL
+                                        for call in messages[turn]["tool_calls"]):
+        said = _last_user_text(messages)
+        _, left = _task_plan(said, box, messages) if box.tasks else _list_plan(said, box)
+        if left:
+            report.sentences.append(_no_tool(left))
     return report.text(box.tasks)
 
 
@@ -708,6 +837,10 @@ def _report_success(report: _Report, role: str | None, name: str, arguments: dic
         report.added.append(f"{subject} ({priority} priority)" if tasks and priority else subject)
     elif role == "remove":
         report.removed.append(subject)
+    elif role == "assign":
+        who = next((value for key, value in arguments.items()
+                    if any(word in key.lower() for word in _EXTRA_PARAMS["assignee"])), "")
+        report.completed.append(f"Reassigned {subject} to {who}.")
     elif role == "complete":
         status = next((value for key, value in arguments.items() if "status" in key.lower()), "completed")
         report.completed.append(f"Marked {subject} as {status}.")
@@ -879,12 +1012,17 @@ _JOB = re.compile(r"\b(?P<value>(?:[\w-]+\s+){1,3}?)(?:role|position|job|opening
 _STATUS = re.compile(r"\b(?P<value>applied|interview(?:ing)?(?:\s+scheduled)?|offer(?:ed)?|rejected|accepted|hired"
                      r"|pending|in progress|completed|done)\b", re.I)
 _PRIORITY_WORD = re.compile(r"\b(?P<value>low|medium|high)\b", re.I)
+_URL = re.compile(r"(?P<value>https?://[^\s<>\"')]+[^\s<>\"').,;:!?])")
+_SOURCE = re.compile(r"\b(?:via|through|on|from)\s+(?:an?\s+|the\s+)?(?P<value>[\w-]+(?:\s+(?:board|site|website|referral|"
+                     r"fair|ad|post(?:ing)?|network|recruiter))?)\b", re.I)
 _PROPER_NAME = re.compile(r"(?<!^)(?<![.!?]\s)\b(?P<value>(?!I\b)[A-Z][\w&.-]*(?:\s+[A-Z][\w&.-]*)*)")
 _STRING_FIELDS = (  # (words in a field's name, what fills it); the first that fits wins
     (("company", "organization", "organisation", "employer", "org"), _COMPANY),
     (("role", "position", "job", "title"), _JOB),
     (("status", "stage", "state"), _STATUS),
     (("priority",), _PRIORITY_WORD),
+    (("url", "link", "href", "website"), _URL),
+    (("source", "channel", "via"), _SOURCE),
     (("name", "person", "who"), _PROPER_NAME),
 )
 

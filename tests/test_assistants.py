@@ -204,7 +204,7 @@ class TestEndToEnd(TestCase):
 
         output = team.run("what is the status of the project?", session_id=session.session_id, user_id=self.alice)
 
-        assert output.content == ("Status tracker: Your tasks: Deploy step (high, completed); "
-                                  "Test step (medium, pending).")
+        assert output.content == ("Status tracker: Your tasks: Deploy (high, completed); "
+                                  "Test (medium, pending).")
         assert list(Run.objects.filter(parent_run__run_id=output.run_id).values_list("component_id", flat=True)) == [
             "status-tracker"]

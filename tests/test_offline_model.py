@@ -483,6 +483,78 @@ def test_tasks_asked_for_by_priority_are_listed_highest_first():
     assert reply_text(stream(messages, TASK_TOOLS)) == "Your tasks: Deploy (high) and Buy milk (low)."
 
 
+# -- requests of several clauses, and work left for the next step (the workflow cookbook's) ------------
+
+TEAM_STEP_TOOLS = [task_tool("add_step", ["step_name", "assignee"], ["priority"]), task_tool("delete_step", ["step_name"])]
+STATUS_TOOLS = [task_tool("update_step_status", ["step_name", "new_status"], ["notes"]),
+                task_tool("assign_step", ["step_name", "new_assignee"])]
+
+
+def test_each_clause_is_done_by_the_tool_for_it_and_what_none_can_do_is_said_for_the_next_step():
+    said = "Add a low priority step 'Write Tests' assigned to Dave, then mark 'Setup Database' as completed"
+
+    assert planned_calls(said, TEAM_STEP_TOOLS) == [
+        ("add_step", {"step_name": "Write Tests", "priority": "low", "assignee": "Dave"})]
+    reply = reply_text(stream(tool_turn(said, ("add_step", {"step_name": "Write Tests"}, "Added Write Tests.")),
+                              TEAM_STEP_TOOLS))
+    assert reply == "Added Write Tests. I have no tool to mark 'Setup Database' as completed."
+    # ...which the status step, given that reply, does.
+    assert planned_calls(reply, STATUS_TOOLS) == [
+        ("update_step_status", {"step_name": "Setup Database", "new_status": "completed"})]
+
+
+def test_a_reassignment_then_a_status_change_of_it_with_notes():
+    said = "Reassign 'Create API' to Charlie, then mark it as completed with notes 'API endpoints implemented and tested'"
+
+    assert planned_calls(said, STATUS_TOOLS) == [
+        ("assign_step", {"step_name": "Create API", "new_assignee": "Charlie"}),
+        ("update_step_status", {"step_name": "Create API", "new_status": "completed",
+                                "notes": "API endpoints implemented and tested"}),
+    ]
+    assert planned_calls("Mark 'Setup Database' as in_progress", STATUS_TOOLS) == [
+        ("update_step_status", {"step_name": "Setup Database", "new_status": "in_progress"})]
+
+
+def test_delete_one_and_add_another_in_one_request():
+    said = "Delete the 'Write Tests' step and add a high priority 'Deploy to Production' step assigned to Eve"
+
+    assert planned_calls(said, TEAM_STEP_TOOLS) == [
+        ("delete_step", {"step_name": "Write Tests"}),
+        ("add_step", {"step_name": "Deploy to Production", "priority": "high", "assignee": "Eve"}),
+    ]
+
+
+def test_a_team_uses_its_own_tools_before_handing_the_request_to_a_member():
+    final = stream([{"role": "system", "content": ROSTER}, user("add a step called 'Setup Database' assigned to Alice")],
+                   DELEGATE_TOOLS + TEAM_STEP_TOOLS)[-1]
+
+    assert [(call.name, json.loads(call.arguments)) for call in final.tool_calls] == [
+        ("add_step", {"step_name": "Setup Database", "priority": "medium", "assignee": "Alice"})]
+
+
+def test_a_list_request_of_two_clauses_and_one_no_tool_can_do():
+    tools = [tool("add_item", item="What to add"), tool("get_list")]
+
+    assert planned_calls("Add apples and bananas to the list, then show me the complete list.", tools) == [
+        ("add_item", {"item": "apples"}), ("add_item", {"item": "bananas"}), ("get_list", {})]
+    # Nothing it can do: it says so, in words the next step (one with a clear tool) reads as a request.
+    reply = reply_text(stream([user("Clear the entire shopping list and confirm it's empty.")], tools))
+    assert reply == "I have no tool to clear the entire shopping list and confirm it's empty."
+    assert planned_calls(reply, [tool("list_items"), task_tool("remove_all_items")]) == [("remove_all_items", {})]
+
+
+def test_a_record_passed_on_by_a_step_is_saved_with_the_tool_that_takes_it():
+    record = {"company": "Acme Robotics", "role": "Backend Engineer", "status": "Applied", "url": "", "notes": None}
+    tools = [task_tool("list_applications"),
+             task_tool("save_application", ["company", "role"], ["status", "url", "source", "notes"])]
+
+    assert planned_calls(json.dumps(record), tools) == [
+        ("save_application", {"company": "Acme Robotics", "role": "Backend Engineer", "status": "Applied"})]
+    messages = tool_turn(json.dumps(record), ("save_application", {"company": "Acme Robotics"},
+                                              "Saved application #1: Backend Engineer at Acme Robotics (Applied)."))
+    assert reply_text(stream(messages, tools)) == "Saved application #1: Backend Engineer at Acme Robotics (Applied)."
+
+
 # -- bug 5: never claim a change the tools did not make ------------------------------------------------
 
 
