@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
@@ -13,7 +14,7 @@ from django.urls import reverse
 
 from sessions_core.models import ChatSession, Run, RunStatus
 from tests.factories import make_session, make_user
-from tests.live_support import LiveTestMixin, frames_until, settle, started_run_id
+from tests.live_support import LiveTestMixin, frames_until, run_done, settle, started_run_id
 from tests.llm_server import Text, ToolCalls
 
 STEP = re.compile(r'<details class="step" id="step-([0-9a-f-]{36})" data-status="(\w+)" data-kind="(\w+)"')
@@ -95,6 +96,59 @@ class WorkflowWebTests(LiveTestMixin, TransactionTestCase):
         state = (await ChatSession.objects.aget(pk=session.pk)).session_state
         assert state == {"steps": [{"name": "Setup Database", "priority": "medium", "status": "pending"}]}
         assert step_rows(last) == step_rows(await self.page(session))
+
+    async def test_stop_ends_the_workflow_and_its_running_step_cancelled_and_no_later_step_starts(self):
+        hold = threading.Event()  # never set: the step agent's reply stops after its first word
+        self.llm.add(Text("Adding it now", wait_event=hold))
+        session = await sync_to_async(make_session)(self.alice, component_id="shopping-workflow", kind="workflow")
+        socket = await self.socket(session.session_id, self.alice)
+        await self.send(socket, "add milk")
+        frames = await frames_until(socket, lambda f: "beforeend:#steps-" in f)  # the agent step started...
+        run_id = started_run_id(frames)
+        assert await sync_to_async(self.llm.wait_for_requests)(1)  # ...and its model is streaming
+        await socket.send_to(text_data=json.dumps({"type": "stop", "run_id": run_id}))
+        frames = await frames_until(socket, run_done("cancelled", run_id))
+        await settle()
+
+        assert "Stopped" in frames[-1]
+        assert [status for _, status, _ in map(lambda row: STEP.search(row).groups(), step_rows(frames[-1]))] == [
+            "cancelled"]  # the agent step, stopped; Tally never started
+        runs = [(run.kind, run.step_name, run.status) async for run in Run.objects.filter(session=session).order_by("pk")]
+        assert runs == [("workflow", "", "cancelled"), ("agent", "Shopping assistant", "cancelled")]
+        assert await sync_to_async(self.llm.wait_for_disconnects)(1, 5)  # the step's model stream was closed
+        assert step_rows(frames[-1]) == step_rows(await self.page(session))
+        await socket.disconnect()
+
+    async def test_a_message_sent_while_a_team_works_is_queued_and_runs_next(self):
+        hold = threading.Event()
+
+        def respond(body):
+            messages = body["messages"]
+            if "<team_members>" not in (messages[0].get("content") or ""):
+                return Text("Done.")
+            if messages[-1]["role"] == "tool":
+                return Text("The planner did it.")
+            said = messages[-1]["content"]
+            if said == "first":
+                hold.wait(10)
+            return ToolCalls([("delegate_task_to_member", {"member_id": "planner", "task": said})])
+
+        self.llm.responder = respond
+        session = await sync_to_async(make_session)(self.alice, component_id="project-team", kind="team")
+        socket = await self.socket(session.session_id, self.alice)
+        await self.send(socket, "first")
+        await frames_until(socket, lambda f: "beforeend:#transcript" in f)  # the team's run started
+        await self.send(socket, "second")
+        frames = await frames_until(socket, lambda f: "beforeend:#queue" in f)
+        assert "Queued: will run after the current reply" in frames[-1] and "second" in frames[-1]
+        hold.set()
+        await frames_until(socket, run_done())
+        await frames_until(socket, run_done())
+        await settle()
+        runs = [(run.input, run.kind, run.status)
+                async for run in Run.objects.filter(session=session, parent_run__isnull=True).order_by("pk")]
+        assert runs == [("first", "team", "completed"), ("second", "team", "completed")]
+        await socket.disconnect()
 
     async def test_the_admin_shows_a_workflow_runs_steps_as_a_tree(self):
         self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk."))
