@@ -6,10 +6,11 @@ It reads the user's words and the tools on offer, calls the tools a simple reque
 project?"), clause by clause ("add X, then mark Y as completed"), then says in words what the tools
 did, from their results: a tool that changed nothing or failed is reported as such, and a clause no
 tool on offer can do is said ("I have no tool to ..."), for a workflow's next step to read. A JSON
-record passed on by an earlier step (structured output) is saved with the tool that takes its fields. As a team's model it hands the request to the member whose id, name
-or role words it names (a word of the name counts twice one of the role) and reports the member's
-reply. Under a JSON
-schema it answers with JSON that fits the schema, filled from the user's words where it can.
+record passed on by an earlier step (structured output) is saved with the tool that takes its
+fields. As a team's model it uses the team's own tools for what they can do, else hands the request
+to the member whose id, name or role words it names (a word of the name counts twice one of the
+role) and reports the member's reply. Under a JSON schema it answers with JSON that fits the
+schema, filled from the user's words where it can.
 Summaries and titles come from the transcript in the prompt.
 
 Sections: shopping-list requests, the toolbox (tools on offer sorted into roles), the turn's plan,
@@ -501,8 +502,10 @@ _TASK_STATUS_ASKED = re.compile(
 _TASK_ORGANIZE = re.compile(
     rf"\b(?:re)?(?:organi[sz]e|tidy|clean|sort|prioriti[sz]e)\b.*\b{_TASK_NOUN}\b", re.I | re.S)
 _TASK_ASSIGN = re.compile(r"\b(?:re)?assign\s+(?P<items>.+?)\s+to\s+(?P<who>[A-Z][\w-]*)", re.I | re.S)
-_TASK_SHOW_REST = re.compile(r"\b(?:show|list|tell)\b.*\b(?:what(?:'s|’s| is) left|what remains|the rest)\b", re.I | re.S)
-_NOTES = re.compile(r"\s*,?\s*\bwith\s+(?:the\s+)?notes?\s*:?\s*(?P<q>['\"‘“])(?P<notes>.+?)(?:['\"’”]|$)", re.I | re.S)
+_TASK_SHOW_REST = re.compile(r"\b(?:show|list|tell)\b.*\b(?:what(?:'s|’s| is) left|what remains|the rest)\b",
+                             re.I | re.S)
+_NOTES = re.compile(r"\s*,?\s*\bwith\s+(?:the\s+)?notes?\s*:?\s*['\"‘“](?P<notes>.+?)(?:['\"’”]|$)",
+                    re.I | re.S)
 # Where one request holds several ('add X, then mark Y as done', 'delete X and add Y'): each clause alone.
 _CLAUSES = re.compile(
     r"(?<=[.!?])\s+(?=[A-Z\"'‘“])|\s*;\s*|\s*,?\s*\bthen\b\s*"
@@ -597,7 +600,8 @@ def _task_details(part: str) -> tuple[str, dict]:
         details["assignee"] = match["who"]
         part = part[: match.start()] + part[match.end():]
     name = _ARTICLE.sub("", _TASK_WHERE.sub("", part).strip(" ,.!?"))
-    name = _TASK_NOUN_EDGES.sub("", _TASK_ADD_LEAD.sub("", name)).strip(_QUOTES + ",.!?")  # 'a step called "X"', "'X' step"
+    # 'a step called "Deploy"', "'Deploy' step" -> Deploy
+    name = _TASK_NOUN_EDGES.sub("", _TASK_ADD_LEAD.sub("", name)).strip(_QUOTES + ",.!?")
     return name[:1].upper() + name[1:], details
 
 
@@ -907,7 +911,7 @@ def _describe_list(result: str, label: str = "Your list", by_priority: bool = Fa
     if isinstance(value, dict):
         value = next((v for v in value.values() if isinstance(v, list)), value)
     if by_priority and isinstance(value, list):
-        value = sorted(value, key=lambda item: _priority_rank(item.get("priority", "") if isinstance(item, dict) else ""))
+        value = sorted(value, key=lambda item: _priority_rank(item.get("priority") if isinstance(item, dict) else ""))
     empty = "Your list is empty." if label == "Your list" else "There are no tasks."
     if isinstance(value, list):
         return f"{label}: {_phrase([_label(item) for item in value])}." if value else empty
