@@ -166,6 +166,14 @@ def report(results: list[dict], args) -> None:
             print(f"{backend}: target agent step within {AGENT_STEP_TARGET_MS:g} ms of a plain agent run: {verdict} "
                   f"(worst {worst:+.2f} ms wall, {worst_cpu:+.2f} ms CPU; agent-step workflow - agent: worst "
                   f"{direct:+.2f} ms wall)")
+        if all({"function_step", "agent_step_overhead", "agent"} <= breakdown[length].keys() for length in lengths):
+            # The machine's speed taken out: the same code's figures move together from one VM to the next.
+            shares = [(breakdown[length]["function_step"][1] / breakdown[length]["agent"][1],
+                       breakdown[length]["agent_step_overhead"][1] / breakdown[length]["agent"][1]) for length in lengths]
+            plain = statistics.median(breakdown[length]["agent"][1] for length in lengths)
+            print(f"{backend}: as shares of a plain agent run on this machine ({plain:.2f} ms CPU): function step worst "
+                  f"{max(share[0] for share in shares):.0%}, agent step worst {max(share[1] for share in shares):+.0%} "
+                  f"(the targets are {FUNCTION_STEP_TARGET_MS / plain:.0%} and {AGENT_STEP_TARGET_MS / plain:+.0%} of it)")
         flat_sql = all(len({row["queries"] for row in mine}) == 1 for mine in by_shape.values())
         # Judged on CPU time (this process's): on PostgreSQL the wall time also holds the server's work and
         # the round trips, whose noise on a busy host is larger than the allowance; the wall growth is shown.
