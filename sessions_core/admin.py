@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from .models import USAGE_SUMS, AdminAccess, ChatSession, Message, Run, RunStatus, StateChange
-from .run_registry import request_cancel
+from .component import Component
 
 TRANSCRIPT_PAGE = 50
 USAGE_DAYS = 30
@@ -183,9 +183,7 @@ class RunAdmin(WrittenByTheEngine):
         running = queryset.filter(status=RunStatus.RUNNING)
         roots = set(running.filter(parent_run__isnull=True).values_list("run_id", flat=True))
         roots |= {_root_run_id(run) for run in running.filter(parent_run__isnull=False)}
-        for run_id in roots:
-            request_cancel(run_id)
-        stopped = Run.objects.filter(run_id__in=roots, status=RunStatus.RUNNING).update(cancel_requested=True)
+        stopped = sum(Component.cancel_run(run_id) for run_id in sorted(roots))
         if stopped:
             self.message_user(request, f"Asked {stopped} run(s) to stop.", messages.SUCCESS)
         else:
