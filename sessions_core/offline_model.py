@@ -324,9 +324,15 @@ def _list_plan(said: str, box: _Toolbox) -> tuple[list[tuple[str, dict]], list[s
     return calls, left
 
 
+_ASKED_TO = re.compile(r"^(?:please\s+)?(?:add|create|delete|remove|drop|mark|set|re-?assign|assign|complete|finish|show"
+                       r"|list|view|clear|clean|organi[sz]e|tidy|sort|prioriti[sz]e|buy|get|update|change)\b", re.I)
+
+
 def _no_tool(clauses: list[str]) -> str:
-    """'I have no tool to clear the list.', a sentence a clause."""
-    return " ".join(f"I have no tool to {clause[:1].lower() + clause[1:].rstrip('.!?')}." for clause in clauses)
+    """'I have no tool to clear the list.' (or, for a question, 'I have no tool for "...".'), a sentence a
+    clause."""
+    return " ".join(f"I have no tool to {clause[:1].lower() + clause[1:].rstrip('.!?')}."
+                    if _ASKED_TO.match(clause) else f'I have no tool for "{clause}".' for clause in clauses)
 
 
 _ASKS_ABOUT_PAST = re.compile(

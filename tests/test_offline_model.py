@@ -541,6 +541,9 @@ def test_a_list_request_of_two_clauses_and_one_no_tool_can_do():
     reply = reply_text(stream([user("Clear the entire shopping list and confirm it's empty.")], tools))
     assert reply == "I have no tool to clear the entire shopping list and confirm it's empty."
     assert planned_calls(reply, [tool("list_items"), task_tool("remove_all_items")]) == [("remove_all_items", {})]
+    # A question its tools cannot answer is quoted rather than made a verb phrase.
+    assert reply_text(stream([user("what is the status of the project?")], TEAM_STEP_TOOLS)) == (
+        'I have no tool for "what is the status of the project?".')
 
 
 def test_a_record_passed_on_by_a_step_is_saved_with_the_tool_that_takes_it():
