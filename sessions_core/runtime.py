@@ -250,7 +250,8 @@ class RunLoop:
             status, error, error_type = RunStatus.ERROR, f"{type(exc).__name__}: {exc}", "internal_error"
         self.outcome = (status, error, error_type)
 
-    def _final_events(self, status: str, error_type: str) -> list[BaseRunEvent]:
+    def _final_events(self, status: str, error_type: str, completed: bool = True) -> list[BaseRunEvent]:
+        """How the run ended: its error, or its cancellation and (unless not `completed`) its completion."""
         out = self.output
         if out.status == RunStatus.ERROR:  # the run's failure, or the database refusing its outcome
             return [self.event("error", content=out.error,
@@ -258,6 +259,8 @@ class RunLoop:
         events = []
         if status == RunStatus.CANCELLED:
             events.append(self.event("cancelled", reason="Run cancelled", content=out.content or ""))
+        if not completed:
+            return events
         extra = {"step_results": list(out.step_results)} if hasattr(out, "step_results") else {}
         events.append(self.event(
             "completed", content=out.content, content_type=out.content_type, metrics=out.metrics,
@@ -479,10 +482,14 @@ class RunLoop:
             self.output.created_at = int(self.created_at)
         else:
             await call_sync(self._start_child_sync)
+        # Its own start and completion are made only for a caller that streams events (as a plain run's
+        # tool events are); its error and cancellation always, as any run's.
+        streamed = root.config.stream_events
         try:
-            yield self.event("started", model=self.model.id if self.model else "",
-                             model_provider=self.model.provider if self.model else "", input=self.input,
-                             created_at=self.created_at)
+            if streamed:
+                yield self.event("started", model=self.model.id if self.model else "",
+                                 model_provider=self.model.provider if self.model else "", input=self.input,
+                                 created_at=self.created_at)
             if defaults_changed and self.config.stream_events:
                 yield self.state_changed_event(*defaults_changed)
             async with aclosing(self._execute()) as executed:
@@ -490,7 +497,7 @@ class RunLoop:
                     yield event
             status, error, error_type = self.outcome
             await self._finish_child(status, error)
-            for event in self._final_events(status, error_type):
+            for event in self._final_events(status, error_type, completed=streamed):
                 yield event
         except (asyncio.CancelledError, GeneratorExit):
             if not self.finished:

@@ -366,7 +366,8 @@ class Step(_Primitive):
         component = self.agent or self.team
         if component is not None:
             config = component.base_config()
-            changes = {"alias": loop.alias, "stream_events": True,
+            # Its events as a team member's: when the workflow run streams them.
+            changes = {"alias": loop.alias, "stream_events": loop.config.stream_events,
                        "dependencies": {**context.dependencies, **config.dependencies},
                        "metadata": {**context.metadata, **config.metadata}}
             if context.add_session_state_to_context is not None:
@@ -475,7 +476,7 @@ def _function_executor(fn: Callable, name: str):
                 # Recorded even when it raised: a failed step's changes are then undone like any other.
                 tracker.working = loop.run_context.session_state
                 recorded = tracker.record(f"step:{name}/function", loop)
-        if recorded:
+        if recorded and loop.root.config.stream_events:
             yield loop.state_changed_event(*recorded)
         if not isinstance(result, StepOutput):
             result = StepOutput(content="".join(texts) if result is None and texts else result)
