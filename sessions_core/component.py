@@ -10,6 +10,7 @@ run's output.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -23,8 +24,11 @@ from .models import Run, RunStatus
 from .owners import validate_session_id
 from .run_registry import request_cancel
 
-# With stream=True and stream_events=False only these reach the caller.
-CONTENT_ONLY = frozenset({RunEvent.run_content, RunEvent.run_error, RunEvent.run_cancelled})
+# With stream=True and stream_events=False the caller gets the run's text as it is written and, from the
+# run itself, how it ended if badly (see `_content_only`).
+_CONTENT = frozenset({RunEvent.run_content, RunEvent.team_run_content})
+_ERRORS = frozenset({RunEvent.run_error, RunEvent.team_run_error, RunEvent.workflow_error})
+_ENDED_BADLY = _ERRORS | {RunEvent.run_cancelled, RunEvent.team_run_cancelled, RunEvent.workflow_cancelled}
 
 
 class Component(SessionAccessors):
@@ -170,7 +174,7 @@ class Component(SessionAccessors):
     @staticmethod
     async def _stream(loop, stream_events: bool, yield_run_output: bool) -> AsyncIterator:
         async for event in loop.events():
-            if stream_events or event.event in CONTENT_ONLY:
+            if stream_events or _content_only(loop, event):
                 yield event
         if yield_run_output:
             yield loop.output
@@ -187,20 +191,29 @@ class Component(SessionAccessors):
     def print_response(self, input=None, *, stream: bool | None = None, **kwargs) -> None:
         kwargs = {key: value for key, value in kwargs.items() if key not in self.DISPLAY_OPTIONS}
         if stream or (stream is None and self.stream):
-            for event in self.run(input, stream=True, **kwargs):
-                _print_event(event)
-            print()
+            printer = _Printer()
+            for event in self.run(input, stream=True, **self._printed_events(kwargs)):
+                printer.event(event)
+            printer.end()
         else:
             _print_output(self.run(input, **kwargs))
 
     async def aprint_response(self, input=None, *, stream: bool | None = None, **kwargs) -> None:
         kwargs = {key: value for key, value in kwargs.items() if key not in self.DISPLAY_OPTIONS}
         if stream or (stream is None and self.stream):
-            async for event in self.arun(input, stream=True, **kwargs):
-                _print_event(event)
-            print()
+            printer = _Printer()
+            async for event in self.arun(input, stream=True, **self._printed_events(kwargs)):
+                printer.event(event)
+            printer.end()
         else:
             _print_output(await self.arun(input, **kwargs))
+
+    def _printed_events(self, kwargs: dict) -> dict:
+        """The run's keywords for a streamed print_response: a workflow's steps' completions are asked for
+        too, so that a step whose text was not streamed (a function's) is printed as it ends."""
+        if self.kind == "workflow":
+            return {"stream_events": True, **kwargs}
+        return kwargs
 
     @staticmethod
     def cancel_run(run_id: str, db: str | None = None) -> bool:
@@ -214,16 +227,57 @@ class Component(SessionAccessors):
         alias = getattr(db, "alias", db) or "default"
 
         def flag() -> int:
-            return Run.objects.using(alias).filter(run_id=run_id, status=RunStatus.RUNNING).update(cancel_requested=True)
+            running = Run.objects.using(alias).filter(run_id=run_id, status=RunStatus.RUNNING)
+            return running.update(cancel_requested=True)
 
         return bool(await call_sync(flag)) or local
 
 
-def _print_event(event) -> None:
-    if getattr(event, "event", None) == RunEvent.run_content:
-        print(event.content, end="", flush=True)
-    elif getattr(event, "event", None) == RunEvent.run_error:
-        print(f"\n[error] {event.content}")
+def _content_only(loop, event) -> bool:
+    """What a stream without events (stream=True, stream_events=False) passes on: text as it is written
+    (a workflow's is its steps'; a team's is its own, since its members' work reaches it as the results
+    it reports) and the run's own error or cancellation (a step's or member's is the run's to report)."""
+    kind = event.event
+    if kind in _CONTENT:
+        return loop.config.kind != "team" or event.run_id == loop.run_id
+    return kind in _ENDED_BADLY and event.run_id == loop.run_id
+
+
+class _Printer:
+    """A streamed print_response: text as it comes, each run's on a line of its own, a workflow step's
+    text that was not streamed (a function step's) when the step completes, and errors."""
+
+    def __init__(self):
+        self.run_id = None  # whose text the line holds
+        self.streamed: set[str] = set()  # runs whose text was printed as it came
+
+    def event(self, event) -> None:
+        kind = getattr(event, "event", None)
+        if kind in _CONTENT and event.content:
+            self._line_for(event.run_id)
+            self.streamed.add(event.run_id)
+            print(event.content, end="", flush=True)
+        elif kind == RunEvent.step_completed and event.run_id not in self.streamed and event.content not in (None, ""):
+            self._line_for(event.run_id)
+            print(_as_text(event.content), end="", flush=True)
+        elif kind in _ERRORS:
+            print(f"\n[error] {event.content}")
+
+    def _line_for(self, run_id: str) -> None:
+        if self.run_id is not None and run_id != self.run_id:
+            print()
+        self.run_id = run_id
+
+    def end(self) -> None:
+        print()
+
+
+def _as_text(content) -> str:
+    if isinstance(content, str):
+        return content
+    if hasattr(content, "model_dump_json"):
+        return content.model_dump_json()
+    return json.dumps(content, ensure_ascii=False, default=str)
 
 
 def _print_output(output) -> None:

@@ -91,6 +91,26 @@ class TestDelegation(TeamTestCase):
         assert list(StateChange.objects.order_by("version").values_list("source", "run_id")) == [
             ("defaults", top.pk), ("member:Planner/tool:add_step", member.pk)]
 
+    def test_a_stream_without_events_is_the_teams_own_text_and_print_response_prints_it(self):
+        import contextlib
+        import io
+
+        delegation = ("delegate_task_to_member", {"member_id": "planner", "task": "Add Setup Database"})
+        self.llm.responder = team_then_member([delegation], [("add_step", {"name": "Setup Database"})],
+                                              team_reply="The planner added Setup Database.")
+        events = list(self.team().run("add a setup database step", session_id="t", stream=True))
+
+        # The member's words reach the team as its tool's result; the caller streams the team's answer.
+        assert set(kinds(events)) == {"TeamRunContent"}
+        assert "".join(event.content for event in events) == "The planner added Setup Database."
+
+        self.llm.responder = team_then_member([delegation], [("add_step", {"name": "Setup Database"})],
+                                              team_reply="Added again.")
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            self.team().print_response("once more", session_id="t", stream=True)
+        assert printed.getvalue() == "Added again.\n"
+
     def test_a_members_deletions_and_the_teams_own_tools_edit_the_one_state(self):
         team = self.team(tools=[mark_done])
         self.llm.responder = team_then_member([("delegate_task_to_member", {"member_id": "Planner", "task": "add"})],

@@ -37,6 +37,7 @@ from tests.engine_helpers import (
     kinds,
     make_users,
     refused_calls,
+    tool_then_text,
 )
 from tests.llm_server import Text, ToolCalls
 from tests.test_memory_db import MemoryDbTestMixin
@@ -482,6 +483,27 @@ class TestHistory(WorkflowTestCase):
         with contextlib.redirect_stdout(printed):
             self.workflow([count_up]).print_response("go", session_id="w", markdown=True, show_message=False)
         assert printed.getvalue() == "counter is 1\n"
+
+    def test_a_stream_without_events_is_the_steps_text_and_the_workflows_own_error(self):
+        import contextlib
+        import io
+
+        self.llm.responder = tool_then_text("add_item", lambda body: {"item": "milk"}, reply="Added milk.")
+        workflow = self.workflow([self.shopper(), count_up], session_state={"shopping_list": [], "counter": 0})
+        events = list(workflow.run("add milk", session_id="w", stream=True))
+        assert set(kinds(events)) == {"RunContent"} and "".join(e.content for e in events) == "Added milk."
+
+        printed = io.StringIO()  # each run's text on its line, and the function step's, which was not streamed
+        with contextlib.redirect_stdout(printed):
+            workflow.print_response("add milk", session_id="w", stream=True)
+        assert printed.getvalue() == "Added milk.\ncounter is 2\n"
+
+        def boom(step_input):
+            raise RuntimeError("boom")
+
+        failing = self.workflow([count_up, Step(name="flaky", executor=boom)])
+        events = list(failing.run("go", session_id="w2", stream=True))
+        assert kinds(events) == ["WorkflowError"] and "Step 'flaky' failed" in events[0].content
 
     def test_chat_history_is_the_workflows_input_and_output_pairs(self):
         workflow = self.workflow([count_up])
