@@ -10,7 +10,6 @@ run's output.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -23,6 +22,7 @@ from .events import RunEvent
 from .models import Run, RunStatus
 from .owners import validate_session_id
 from .run_registry import request_cancel
+from .steps import content_text
 
 # With stream=True and stream_events=False the caller gets the run's text as it is written and, from the
 # run itself, how it ended if badly (see `_content_only`).
@@ -259,7 +259,7 @@ class _Printer:
             print(event.content, end="", flush=True)
         elif kind == RunEvent.step_completed and event.run_id not in self.streamed and event.content not in (None, ""):
             self._line_for(event.run_id)
-            print(_as_text(event.content), end="", flush=True)
+            print(content_text(event.content), end="", flush=True)
         elif kind in _ERRORS:
             print(f"\n[error] {event.content}")
 
@@ -271,13 +271,6 @@ class _Printer:
     def end(self) -> None:
         print()
 
-
-def _as_text(content) -> str:
-    if isinstance(content, str):
-        return content
-    if hasattr(content, "model_dump_json"):
-        return content.model_dump_json()
-    return json.dumps(content, ensure_ascii=False, default=str)
 
 
 def _print_output(output) -> None:
