@@ -272,6 +272,5 @@ class _Printer:
         print()
 
 
-
 def _print_output(output) -> None:
     print(output.content if output.status != RunStatus.ERROR else f"[error] {output.error}")
