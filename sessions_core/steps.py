@@ -166,6 +166,9 @@ class StepContext:
     metadata: dict = field(default_factory=dict)
     add_session_state_to_context: bool | None = None
     concurrent: bool = False  # inside a Parallel: steps start beside one another
+    # The caller streams events: the steps' and containers' own start and completion are made only then
+    # (as a run's tool events are); a step's error always, as any run's.
+    streams: bool = True
 
     def event(self, cls, *, run_id: str | None = None, parent_run_id: str | None = None, step_name: str = "",
               **fields) -> ev.BaseRunEvent:
@@ -183,7 +186,7 @@ class StepContext:
 
     async def touching_state(self, fn: Callable, *args, source: str, run=None):
         """Call `fn` (sync in a worker thread, or async) under the state lock, then record what it changed;
-        (result, StateChanged event or None)."""
+        (result, StateChanged event, or None when nothing changed or the caller does not stream events)."""
         tracker = self.loop.tracker
         async with tracker.lock:
             tracker.before_touch()
@@ -197,7 +200,7 @@ class StepContext:
             finally:
                 tracker.working = self.loop.run_context.session_state
                 recorded = tracker.record(source, run)
-        changed = self.loop.state_changed_event(*recorded) if recorded else None
+        changed = self.loop.state_changed_event(*recorded) if recorded and self.streams else None
         return result, changed
 
 
@@ -394,9 +397,10 @@ class Step(_Primitive):
                                row_at_end=not (context.concurrent or self._streams),
                                defer_finish=not context.concurrent)
             child.step_input, child.step_context = step_input, context  # what a function step's executor reads
-            yield context.event(ev.StepStartedEvent, run_id=child.run_id, step_name=self.name,
-                                executor_type=self.executor_type, executor_name=self.executor_name,
-                                executor_id=config.component_id)
+            if context.streams:
+                yield context.event(ev.StepStartedEvent, run_id=child.run_id, step_name=self.name,
+                                    executor_type=self.executor_type, executor_name=self.executor_name,
+                                    executor_id=config.component_id)
             first_change = len(tracker.changes)
             async with aclosing(child.events()) as child_events:
                 async for event in child_events:
@@ -419,8 +423,9 @@ class Step(_Primitive):
                                         stop=made.stop, steps=made.steps, **named)
                 else:
                     result = replace(made, **named)
-                yield context.event(ev.StepCompletedEvent, run_id=child.run_id, step_name=self.name,
-                                    content=result.content, step_output=result)
+                if context.streams:
+                    yield context.event(ev.StepCompletedEvent, run_id=child.run_id, step_name=self.name,
+                                        content=result.content, step_output=result)
                 yield result
                 return
             error = out.error or "the step failed"
@@ -476,7 +481,7 @@ def _function_executor(fn: Callable, name: str):
                 # Recorded even when it raised: a failed step's changes are then undone like any other.
                 tracker.working = loop.run_context.session_state
                 recorded = tracker.record(f"step:{name}/function", loop)
-        if recorded and loop.root.config.stream_events:
+        if recorded and context.streams:
             yield loop.state_changed_event(*recorded)
         if not isinstance(result, StepOutput):
             result = StepOutput(content="".join(texts) if result is None and texts else result)
@@ -510,14 +515,16 @@ class Steps(_Primitive):
         self.steps = as_steps(steps)
 
     async def execute(self, context: StepContext, step_input: StepInput) -> AsyncIterator:
-        yield context.event(ev.StepsExecutionStartedEvent, step_name=self.name, step_type=self.step_type,
-                            steps_count=len(self.steps))
+        if context.streams:
+            yield context.event(ev.StepsExecutionStartedEvent, step_name=self.name, step_type=self.step_type,
+                                steps_count=len(self.steps))
         outputs: list[StepOutput] = []
         async with aclosing(run_sequence(self.steps, context, step_input, outputs)) as executed:
             async for item in executed:
                 yield item
-        yield context.event(ev.StepsExecutionCompletedEvent, step_name=self.name, step_type=self.step_type,
-                            step_results=outputs)
+        if context.streams:
+            yield context.event(ev.StepsExecutionCompletedEvent, step_name=self.name, step_type=self.step_type,
+                                step_results=outputs)
         yield _container_output(self, outputs)
 
 
@@ -552,15 +559,17 @@ class Condition(_Primitive):
             if changed is not None:
                 yield changed
         met = result is True  # a non-bool answer counts as False (Agno warns and does the same)
-        yield context.event(ev.ConditionExecutionStartedEvent, step_name=self.name, step_type=self.step_type,
-                            condition_result=met)
+        if context.streams:
+            yield context.event(ev.ConditionExecutionStartedEvent, step_name=self.name, step_type=self.step_type,
+                                condition_result=met)
         branch, chosen = ("if", self.steps) if met else (("else", self.else_steps) if self.else_steps else ("", []))
         outputs: list[StepOutput] = []
         async with aclosing(run_sequence(chosen, context, step_input, outputs)) as executed:
             async for item in executed:
                 yield item
-        yield context.event(ev.ConditionExecutionCompletedEvent, step_name=self.name, step_type=self.step_type,
-                            condition_result=met, branch=branch, step_results=outputs)
+        if context.streams:
+            yield context.event(ev.ConditionExecutionCompletedEvent, step_name=self.name, step_type=self.step_type,
+                                condition_result=met, branch=branch, step_results=outputs)
         skipped = None if chosen else f"Condition {self.name} not met - skipped {len(self.steps)} steps"
         yield _container_output(self, outputs, skipped)
 
@@ -602,14 +611,16 @@ class Router(_Primitive):
         if changed is not None:
             yield changed
         chosen = self._resolve(picked)
-        yield context.event(ev.RouterExecutionStartedEvent, step_name=self.name, step_type=self.step_type,
-                            selected_steps=[step.name for step in chosen])
+        if context.streams:
+            yield context.event(ev.RouterExecutionStartedEvent, step_name=self.name, step_type=self.step_type,
+                                selected_steps=[step.name for step in chosen])
         outputs: list[StepOutput] = []
         async with aclosing(run_sequence(chosen, context, step_input, outputs)) as executed:
             async for item in executed:
                 yield item
-        yield context.event(ev.RouterExecutionCompletedEvent, step_name=self.name, step_type=self.step_type,
-                            selected_steps=[step.name for step in chosen], step_results=outputs)
+        if context.streams:
+            yield context.event(ev.RouterExecutionCompletedEvent, step_name=self.name, step_type=self.step_type,
+                                selected_steps=[step.name for step in chosen], step_results=outputs)
         yield _container_output(self, outputs)
 
 
@@ -624,8 +635,9 @@ class Parallel(_Primitive):
         self.description = description
 
     async def execute(self, context: StepContext, step_input: StepInput) -> AsyncIterator:
-        yield context.event(ev.ParallelExecutionStartedEvent, step_name=self.name, step_type=self.step_type,
-                            parallel_step_count=len(self.steps))
+        if context.streams:
+            yield context.event(ev.ParallelExecutionStartedEvent, step_name=self.name, step_type=self.step_type,
+                                parallel_step_count=len(self.steps))
         queue: asyncio.Queue = asyncio.Queue()
         results: list[StepOutput | None] = [None] * len(self.steps)
         done = object()
@@ -662,8 +674,9 @@ class Parallel(_Primitive):
             await asyncio.gather(*tasks, return_exceptions=True)
         outputs = [result for result in results if result is not None]
         combined = "\n\n".join(f"## {output.step_name}\n\n{content_text(deepest_content(output))}" for output in outputs)
-        yield context.event(ev.ParallelExecutionCompletedEvent, step_name=self.name, step_type=self.step_type,
-                            step_results=outputs)
+        if context.streams:
+            yield context.event(ev.ParallelExecutionCompletedEvent, step_name=self.name, step_type=self.step_type,
+                                step_results=outputs)
         yield _container_output(self, outputs, combined)
 
 
@@ -688,15 +701,17 @@ class Loop(_Primitive):
         self.end_condition = end_condition
 
     async def execute(self, context: StepContext, step_input: StepInput) -> AsyncIterator:
-        yield context.event(ev.LoopExecutionStartedEvent, step_name=self.name, step_type=self.step_type,
-                            max_iterations=self.max_iterations)
+        if context.streams:
+            yield context.event(ev.LoopExecutionStartedEvent, step_name=self.name, step_type=self.step_type,
+                                max_iterations=self.max_iterations)
         all_outputs: list[StepOutput] = []
         current = step_input
         iteration = 0
         while iteration < self.max_iterations:
             iteration += 1
-            yield context.event(ev.LoopIterationStartedEvent, step_name=self.name, step_type=self.step_type,
-                                iteration=iteration, max_iterations=self.max_iterations)
+            if context.streams:
+                yield context.event(ev.LoopIterationStartedEvent, step_name=self.name, step_type=self.step_type,
+                                    iteration=iteration, max_iterations=self.max_iterations)
             outputs: list[StepOutput] = []
             async with aclosing(run_sequence(self.steps, context, current, outputs)) as executed:
                 async for item in executed:
@@ -709,15 +724,17 @@ class Loop(_Primitive):
                 if changed is not None:
                     yield changed
                 should_continue = ended is not True
-            yield context.event(ev.LoopIterationCompletedEvent, step_name=self.name, step_type=self.step_type,
-                                iteration=iteration, max_iterations=self.max_iterations,
-                                should_continue=should_continue)
+            if context.streams:
+                yield context.event(ev.LoopIterationCompletedEvent, step_name=self.name, step_type=self.step_type,
+                                    iteration=iteration, max_iterations=self.max_iterations,
+                                    should_continue=should_continue)
             if not should_continue:
                 break
             if outputs:
                 previous = {**current.previous_step_outputs, **{o.step_name: o for o in outputs}}
                 current = replace(current, previous_step_outputs=previous,
                                   previous_step_content=deepest_content(outputs[-1]))
-        yield context.event(ev.LoopExecutionCompletedEvent, step_name=self.name, step_type=self.step_type,
-                            total_iterations=iteration, step_results=all_outputs)
+        if context.streams:
+            yield context.event(ev.LoopExecutionCompletedEvent, step_name=self.name, step_type=self.step_type,
+                                total_iterations=iteration, step_results=all_outputs)
         yield _container_output(self, all_outputs)
