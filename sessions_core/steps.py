@@ -166,9 +166,12 @@ class StepContext:
     metadata: dict = field(default_factory=dict)
     add_session_state_to_context: bool | None = None
     concurrent: bool = False  # inside a Parallel: steps start beside one another
-    # The caller streams events: the steps' and containers' own start and completion are made only then
-    # (as a run's tool events are); a step's error always, as any run's.
-    streams: bool = True
+
+    @property
+    def streams(self) -> bool:
+        """Whether the caller streams events: the steps' and containers' own start and completion are made
+        only then (as a run's tool events are); a step's error always, as any run's."""
+        return self.loop.config.stream_events
 
     def event(self, cls, *, run_id: str | None = None, parent_run_id: str | None = None, step_name: str = "",
               **fields) -> ev.BaseRunEvent:

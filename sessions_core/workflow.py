@@ -108,7 +108,7 @@ class Workflow(Component):
             loop=loop, stream_executor_events=self.stream_executor_events,
             add_workflow_history=self.add_workflow_history_to_steps, num_history_runs=self.num_history_runs,
             dependencies=dict(loop.config.dependencies), metadata=dict(loop.config.metadata),
-            add_session_state_to_context=self.add_session_state_to_context, streams=loop.config.stream_events,
+            add_session_state_to_context=self.add_session_state_to_context,
         )
         step_input = StepInput(input=loop.raw_input, additional_data=loop.additional_data,
                                workflow_history=history)
