@@ -51,12 +51,12 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
-from sessions_core import run_registry
+from sessions_core.run import registry as run_registry
 from sessions_core.branches import RunNotFoundError, SessionBusyError
 from sessions_core.component import Component
 from sessions_core.events import RunEvent, StepStartedEvent, TeamRunStartedEvent, WorkflowStartedEvent
 from sessions_core.models import ChatSession, Message, NameSource, Role, Run, RunStatus
-from sessions_core.runtime import LEASE_SECONDS
+from sessions_core.run.lifecycle import LEASE_SECONDS
 
 from . import assistants, dbthreads, rendering, state_view, titles
 from .broadcast import asend_to_session, push_row, sync_group

@@ -61,6 +61,7 @@ _EXPORTS = {
     "RunCompletedEvent": "events",
     "RunErrorEvent": "events",
     "RunCancelledEvent": "events",
+    "RunQueuedEvent": "events",
     "SessionSummaryStartedEvent": "events",
     "SessionSummaryCompletedEvent": "events",
     "TeamRunStartedEvent": "events",

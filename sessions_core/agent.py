@@ -16,7 +16,7 @@ from .accessors import AgentSession
 from .component import Component
 from .config import RunConfig
 from .model_api import Model
-from .runtime import RunLoop
+from .run.root import RootRun
 from .tools import Function, RunContext, collect_functions
 
 logger = logging.getLogger("sessions_core")
@@ -161,8 +161,8 @@ class Agent(Component):
             session_summary_manager=self.session_summary_manager,
         )
 
-    def _make_loop(self, config: RunConfig, input, *, session_id, user, session_state, run_id, branch=None) -> RunLoop:
-        return RunLoop(config, input, session_id=session_id, user=user, session_state=session_state, run_id=run_id,
+    def _make_loop(self, config: RunConfig, input, *, session_id, user, session_state, run_id, branch=None) -> RootRun:
+        return RootRun(config, input, session_id=session_id, user=user, session_state=session_state, run_id=run_id,
                        branch=branch)
 
     async def _agenerate_name(self, session_id, user_id) -> tuple[str, bool]:

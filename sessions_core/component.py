@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -19,9 +20,9 @@ from .accessors import SessionAccessors
 from .bridge import call_sync, iterate_sync, run_sync
 from .config import RunConfig
 from .events import RunEvent
-from .models import Run, RunStatus
+from .models import RunStatus
 from .owners import validate_session_id
-from .run_registry import request_cancel
+from .run import lifecycle
 from .steps import content_text
 
 # With stream=True and stream_events=False the caller gets the run's text as it is written and, from the
@@ -173,16 +174,18 @@ class Component(SessionAccessors):
 
     @staticmethod
     async def _stream(loop, stream_events: bool, yield_run_output: bool) -> AsyncIterator:
-        async for event in loop.events():
-            if stream_events or _content_only(loop, event):
-                yield event
+        async with aclosing(loop.events()) as events:
+            async for event in events:
+                if stream_events or _content_only(loop, event):
+                    yield event
         if yield_run_output:
             yield loop.output
 
     @staticmethod
     async def _complete(loop):
-        async for _ in loop.events():
-            pass
+        async with aclosing(loop.events()) as events:
+            async for _ in events:
+                pass
         return loop.output
 
     # Agno's display options of print_response: accepted, the output is plain text either way.
@@ -217,20 +220,14 @@ class Component(SessionAccessors):
 
     @staticmethod
     def cancel_run(run_id: str, db: str | None = None) -> bool:
-        """Ask a run to stop. True if it was running; a run that has not started yet is stopped when it
-        starts, and one running in another process stops at its next checkpoint (within about a second)."""
+        """Stop a run, in any process: a queued or paused one ends cancelled at once, a running one stops
+        at once in this process or within about a second in another; one that has not started yet is
+        stopped when it starts. True if the run was open (queued, running or paused)."""
         return run_sync(lambda: Component.acancel_run(run_id, db))
 
     @staticmethod
     async def acancel_run(run_id: str, db: str | None = None) -> bool:
-        local = request_cancel(run_id)
-        alias = getattr(db, "alias", db) or "default"
-
-        def flag() -> int:
-            running = Run.objects.using(alias).filter(run_id=run_id, status=RunStatus.RUNNING)
-            return running.update(cancel_requested=True)
-
-        return bool(await call_sync(flag)) or local
+        return await call_sync(lifecycle.cancel, run_id, getattr(db, "alias", db) or "default")
 
 
 def _content_only(loop, event) -> bool:

@@ -55,5 +55,5 @@ class RunConfig:
     # events
     stream_events: bool = False
     # what happens between the run's start and its finish: None is the model loop (an agent's or a
-    # team's); a workflow's is its steps. An async generator function of the RunLoop, yielding events.
+    # team's); a workflow's is its steps. An async generator function of the run (run.BaseRun), yielding events.
     executor: Callable | None = None

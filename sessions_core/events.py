@@ -25,6 +25,7 @@ class RunEvent(str, Enum):
     tool_call_started = "ToolCallStarted"
     tool_call_completed = "ToolCallCompleted"
     state_changed = "StateChanged"
+    run_queued = "RunQueued"
     run_completed = "RunCompleted"
     run_error = "RunError"
     run_cancelled = "RunCancelled"
@@ -119,6 +120,14 @@ class RunStartedEvent(BaseRunEvent):
     model_provider: str = ""
     input: str = ""  # the run's input as stored; `created_at` is the run row's
 
+
+
+@dataclass(kw_only=True)
+class RunQueuedEvent(BaseRunEvent):
+    """The session's lease is held by another run: this one is stored `queued` and starts in order."""
+
+    event = RunEvent.run_queued
+    input: str = ""
 
 
 @dataclass(kw_only=True)

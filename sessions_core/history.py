@@ -4,9 +4,20 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .models import Message, Role, Run, RunStatus
-from .run_sql import HistoryRead, HistoryRow, RunStore
+
+
+class HistoryRead(NamedTuple):
+    """A history read: the last `num_runs` runs, else the last `num_messages` messages, of the session's
+    completed top-level runs on its branch or, with `component_id`, of one step agent's (or team
+    member's) own completed runs."""
+
+    session_pk: int
+    num_runs: int | None
+    num_messages: int | None
+    component_id: str | None = None
 
 
 @dataclass
@@ -59,20 +70,9 @@ def _messages(rows, from_history: bool = False) -> list[ChatMessage]:
     ]
 
 
-def history(store: RunStore, session_pk: int, num_runs: int | None, num_messages: int | None) -> list[ChatMessage]:
-    """What an earlier part of the session contributes to the next request: one query.
-
-    The last `num_runs` completed top-level runs, or the last `num_messages` of their messages
-    (leading tool results dropped so none is orphaned). System messages are never replayed.
-    """
-    read = history_read(session_pk, num_runs, num_messages)
-    return replayed(store.history(*read), read) if read else []
-
-
 def history_read(session_pk: int, num_runs: int | None, num_messages: int | None,
                  component_id: str | None = None) -> HistoryRead | None:
-    """The read `history` (or, with `component_id`, `step_history`) makes, for a run's start to make
-    in its own statement (RunStore.start_run, start_child); None when that window holds nothing."""
+    """The read a run's start makes (`read_history`); None when that window holds nothing."""
     if num_runs is not None:
         if num_runs <= 0:
             return None
@@ -81,7 +81,31 @@ def history_read(session_pk: int, num_runs: int | None, num_messages: int | None
     return HistoryRead(session_pk, num_runs, num_messages, component_id)
 
 
-def replayed(rows: list[HistoryRow], read: HistoryRead) -> list[ChatMessage]:
+def read_history(read: HistoryRead | None, alias: str) -> list[ChatMessage]:
+    """What an earlier part of the session contributes to a run's request, oldest first: one query whose
+    cost does not grow with the session's length. System messages are never replayed."""
+    if read is None:
+        return []
+    if read.component_id is None:
+        runs = Run.objects.using(alias).filter(session_id=read.session_pk, status=RunStatus.COMPLETED,
+                                               parent_run__isnull=True, abandoned=False)
+    else:
+        runs = Run.objects.using(alias).filter(session_id=read.session_pk, status=RunStatus.COMPLETED,
+                                               parent_run__isnull=False, component_id=read.component_id)
+    messages = Message.objects.using(alias).exclude(role=Role.SYSTEM)
+    if read.num_runs is not None:
+        last_runs = runs.order_by("-id").values("id")[: read.num_runs]
+        rows = list(messages.filter(run_id__in=last_runs).order_by("seq").values_list(*_HISTORY_FIELDS))
+    else:
+        if read.component_id is None:
+            messages = messages.filter(session_id=read.session_pk, run__in=runs)
+        else:  # among its last as many runs: each has one message at least
+            messages = messages.filter(run_id__in=runs.order_by("-id").values("id")[: read.num_messages])
+        rows = list(messages.order_by("-seq").values_list(*_HISTORY_FIELDS)[: read.num_messages])[::-1]
+    return replayed(rows, read)
+
+
+def replayed(rows: list[tuple], read: HistoryRead) -> list[ChatMessage]:
     """The messages of `read`'s rows, oldest first; with a window of messages, leading tool results
     are dropped (their call is outside it)."""
     messages = _messages(rows, from_history=True)
@@ -119,11 +143,3 @@ def completed_messages(session_pk: int, alias: str, last_n_runs: int | None = No
         runs = runs.order_by("-id")[:last_n_runs]
     rows = Message.objects.using(alias).filter(run_id__in=runs.values("id")).exclude(role=Role.SYSTEM)
     return _messages(rows.order_by("seq").values_list(*_HISTORY_FIELDS))
-
-
-def step_history(store: RunStore, session_pk: int, component_id: str, num_runs: int | None,
-                 num_messages: int | None) -> list[ChatMessage]:
-    """A step agent's (or team member's) own earlier completed runs in this session, bounded as `history`:
-    one query, as plain SQL (run_sql.py)."""
-    read = history_read(session_pk, num_runs, num_messages, component_id)
-    return replayed(store.history(*read), read) if read else []

@@ -64,7 +64,7 @@ class ChatSessionQuerySet(models.QuerySet):
     def build(self, *, owner, component_id: str = "", kind: str = "agent", metadata=None, session_id=None,
               now=None, **fields) -> "ChatSession":
         """The unsaved session `new` would create (the engine inserts a new session and its first run
-        at once with it: run_sql.RunStore.start_new_session)."""
+        before saving it)."""
         now = now or timezone.now()
         if session_id:
             fields["session_id"] = session_id
@@ -171,7 +171,9 @@ class RunKind(models.TextChoices):
 
 
 class RunStatus(models.TextChoices):
+    QUEUED = "queued"
     RUNNING = "running"
+    PAUSED = "paused"
     COMPLETED = "completed"
     ERROR = "error"
     CANCELLED = "cancelled"
@@ -179,6 +181,8 @@ class RunStatus(models.TextChoices):
 
 
 INTERRUPTED_ERROR = "The process running this run stopped before it finished."
+# A run that has not ended: it holds the session's lease (running), waits for it (queued) or for a person (paused).
+OPEN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.PAUSED)
 
 
 class RunQuerySet(models.QuerySet):
@@ -244,6 +248,10 @@ class Run(models.Model):
         null=True, blank=True, help_text="Seqs of earlier messages sent as history (store_history_messages)."
     )
     cancel_requested = models.BooleanField(default=False)
+    claimed_until = models.DateTimeField(
+        null=True, blank=True,
+        help_text="A queued run: until when the process waiting to start it is known to be alive (renewed while "
+                  "it waits); past it, any process may take the run over.")
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -257,7 +265,7 @@ class Run(models.Model):
 
     @property
     def is_finished(self) -> bool:
-        return self.status != RunStatus.RUNNING
+        return self.status not in OPEN_STATUSES
 
 
 class Role(models.TextChoices):

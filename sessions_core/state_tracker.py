@@ -4,8 +4,7 @@ A run (an agent's, a team's or a workflow's) opens one tracker; every step, memb
 executor, evaluator and selector inside it works on `working`, the dict `RunContext.session_state`
 is. After each call that may touch it, `record` compares the state with the last recorded one (as
 JSON text, in C) and diffs it only when it changed, so every change is a patch with its inverse,
-its source and the run that made it (its RunLoop: a step's row may be stored only as it ends, so
-its id is read at the run's finish, which stores them all at once).
+its source and the run that made it (a step's or member's run; the root's finish stores them all).
 
 Calls that touch the state take `lock` one at a time, so two parallel branches never interleave a
 read-modify-write. `discard` undoes a failed step's own changes (their inverses, newest first), so
@@ -45,7 +44,7 @@ class StateTracker:
             self.snapshot = state_module.copy_tree(state_module.strip_injected(self.working))
 
     def record(self, source: str, run) -> tuple[list, str] | None:
-        """Record what changed since the last record, as one change made by `run` (a RunLoop; None: the
+        """Record what changed since the last record, as one change made by `run` (a run; None: the
         run that owns the tracker); (patch, state text) or None.
 
         Raises StateNotJSONError when a value cannot be stored, StateLimitError (one) when the state

@@ -2,7 +2,7 @@
 
 Every primitive's `execute(context, step_input)` is an async generator: it yields the run's events
 as they happen and ends by yielding its `StepOutput`. A `Step` runs as a run of its own inside the
-workflow run (`RunLoop.child`): an agent or a team through the same run loop as ever, a function
+workflow run (`BaseRun.child`): an agent or a team through the same run loop as ever, a function
 through a loop whose executor calls it. So every step execution is a `Run` row with its own
 messages, and every state change it makes names it. Containers (Steps, Condition, Router,
 Parallel, Loop) have no row; their events carry the workflow run's id.
@@ -158,7 +158,7 @@ def content_text(value: Any) -> str:
 class StepContext:
     """One workflow run, as its steps see it."""
 
-    loop: Any  # the workflow's RunLoop
+    loop: Any  # the workflow's run (run.RootRun, or a ChildRun for a nested one)
     stream_executor_events: bool = True
     add_workflow_history: bool = False
     num_history_runs: int = 3
@@ -331,7 +331,6 @@ class Step(_Primitive):
         self.add_workflow_history = add_workflow_history
         self.num_history_runs = num_history_runs
         self._function_configs: dict[str, RunConfig] = {}  # by database alias
-        self._streams = inspect.isgeneratorfunction(executor) or inspect.isasyncgenfunction(executor)
 
     def __repr__(self) -> str:
         return f"<Step {self.name!r}>"
@@ -393,12 +392,7 @@ class Step(_Primitive):
         for attempt in range(self.max_retries + 1):
             loop.check_cancelled()
             config, message = self._config(context, step_input)
-            # A function step that returns once stores its row after it ended, unless a sibling may start
-            # meanwhile (rows are listed in the order they were stored); one that streams is shown
-            # (after a reload too) while it runs.
-            child = loop.child(config, message, step_name=self.name, source_prefix=f"step:{self.name}/",
-                               row_at_end=not (context.concurrent or self._streams),
-                               defer_finish=not context.concurrent)
+            child = loop.child(config, message, step_name=self.name, source_prefix=f"step:{self.name}/")
             child.step_input, child.step_context = step_input, context  # what a function step's executor reads
             if context.streams:
                 yield context.event(ev.StepStartedEvent, run_id=child.run_id, step_name=self.name,

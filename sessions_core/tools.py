@@ -49,7 +49,7 @@ class Function:
     entrypoint: Callable
     injected: tuple[str, ...] = ()
     # A tool that is a run of its own (a team's delegation to a member): an async generator function of
-    # (the calling RunLoop, the arguments) yielding that run's events, then the tool's result.
+    # (the calling run, the arguments) yielding that run's events, then the tool's result.
     child_runner: Callable | None = None
 
     @classmethod

@@ -18,7 +18,8 @@ from .component import Component
 from .config import RunConfig
 from .history import ChatMessage
 from .models import Role, Run, RunStatus
-from .runtime import RunLoop
+from .run.base import BaseRun
+from .run.root import RootRun
 from .steps import StepContext, StepInput, StepOutput, as_steps, content_text, deepest_content, run_sequence
 
 __all__ = ["Workflow"]
@@ -96,11 +97,11 @@ class Workflow(Component):
         loop.additional_data = additional_data
         return loop
 
-    def _make_loop(self, config: RunConfig, input, *, session_id, user, session_state, run_id, branch=None) -> RunLoop:
-        return RunLoop(config, input, session_id=session_id, user=user, session_state=session_state, run_id=run_id,
+    def _make_loop(self, config: RunConfig, input, *, session_id, user, session_state, run_id, branch=None) -> RootRun:
+        return RootRun(config, input, session_id=session_id, user=user, session_state=session_state, run_id=run_id,
                        branch=branch)
 
-    async def _execute(self, loop: RunLoop) -> AsyncIterator:
+    async def _execute(self, loop: BaseRun) -> AsyncIterator:
         """The workflow run's executor: its steps, in order; the last one's content is the run's."""
         window = self._history_window()
         history = await call_sync(_workflow_history, loop, window) if window else []
@@ -149,7 +150,7 @@ def _all_steps(steps) -> list:
     return found
 
 
-def _workflow_history(loop: RunLoop, num_runs: int) -> list[tuple[str, str]]:
+def _workflow_history(loop: BaseRun, num_runs: int) -> list[tuple[str, str]]:
     """(input, content) of the session's last `num_runs` completed workflow runs, oldest first: one query."""
     runs = (Run.objects.using(loop.alias)
             .filter(session_id=loop.start.session_pk, parent_run__isnull=True, status=RunStatus.COMPLETED)

@@ -403,22 +403,22 @@ class TestCancellationAcrossThreads(EngineTestMixin, TransactionTestCase):
     async def test_a_task_cancelled_during_the_start_step_ends_the_run_it_began(self):
         from asgiref.sync import sync_to_async
 
-        from sessions_core import runtime
+        from sessions_core.run.root import RootRun
 
         agent = self.agent()
         entered, release = threading.Event(), threading.Event()
-        original = runtime.RunLoop._start_sync
+        original = RootRun._start_sync
 
         def slow_start(loop):
             entered.set()
             release.wait(10)
             return original(loop)
 
-        runtime.RunLoop._start_sync = slow_start
+        RootRun._start_sync = slow_start
         try:
             await self.cancel_while_blocked(agent.arun("hello", session_id="s"), entered, release)
         finally:
-            runtime.RunLoop._start_sync = original
+            RootRun._start_sync = original
         run = await Run.objects.aget()
         session = await ChatSession.objects.aget(session_id="s")
         assert run.status == "cancelled" and session.lease_token == ""

@@ -12,8 +12,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENGINE = ROOT / "sessions_core"
 WEB_ONLY = ("chatapp", "channels", "django_htmx")
 PUBLIC_CLASSES = ("sessions_core.agent", "sessions_core.team", "sessions_core.workflow")
-RUN_LOOP = ("sessions_core.runtime", "sessions_core.prompt", "sessions_core.run_registry", "sessions_core.config",
-            "sessions_core.run_sql", "sessions_core.summary", "sessions_core.history")
+RUN_LOOP = (*(f"sessions_core.run.{name}" for name in ("base", "child", "lifecycle", "model_loop", "registry",
+                                                       "root", "store")),
+            "sessions_core.prompt", "sessions_core.config", "sessions_core.summary", "sessions_core.history")
 
 
 def parse(path: pathlib.Path) -> ast.Module:

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from chatapp import live
 from chatapp.models import QueuedMessage
-from sessions_core import run_registry
+from sessions_core.run import registry as run_registry
 from sessions_core.models import ChatSession, Run
 from tests.factories import make_session, make_user
 from tests.live_support import LiveTestMixin, settle

@@ -127,8 +127,7 @@ class TestStateSharing(WorkflowTestCase):
         assert seqs == sorted(seqs) == list(range(1, len(seqs) + 1)) and session.last_seq == len(seqs)
 
     def test_while_a_step_runs_the_steps_before_it_are_stored_as_they_ended(self):
-        # (A function step's own row is stored as it ends, and an agent step's end with the tree's next
-        # write: the next step's start. What a reload mid-run draws is the same as before.)
+        # (A step's row is stored as it starts and its end as it ends: a reload mid-run draws both.)
         self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk."), Text("Second."))
         seen = {}
 
@@ -144,9 +143,9 @@ class TestStateSharing(WorkflowTestCase):
 
         assert output.status == "completed", output.error
         assert seen == {
-            0: [("first", "completed", "counter is 1")],
+            0: [("first", "completed", "counter is 1"), ("look1", "running", "")],
             1: [("first", "completed", "counter is 1"), ("look1", "completed", "looked"),
-                ("Shopper", "completed", "Added milk.")],
+                ("Shopper", "completed", "Added milk."), ("look2", "running", "")],
         }
         steps = Run.objects.get(run_id=output.run_id).children.order_by("id")
         assert [(run.step_name, run.status) for run in steps] == [
@@ -338,7 +337,7 @@ class TestFailures(WorkflowTestCase):
 
 class TestRefusedFinish(WorkflowTestCase):
     def test_a_database_refusing_the_outcome_leaves_no_step_running(self):
-        # The last agent step's end is written with the workflow's finish: refused with it, it ends with it.
+        # Each step's end is stored as it ends; the workflow's refused finish leaves none running.
         refuse_once = RefuseFinishOnce()
         self.llm.add(Text("A reply that is lost."))
         workflow = self.workflow([Step(name="count", executor=count_up), self.agent(name="Replier")])
@@ -349,7 +348,7 @@ class TestRefusedFinish(WorkflowTestCase):
         top = Run.objects.get(run_id=output.run_id)
         assert top.status == "error" and not ChatSession.objects.get(session_id="w").lease_token
         assert [(run.step_name, run.status, run.finished_at is not None) for run in top.children.order_by("id")] == [
-            ("count", "completed", True), ("Replier", "error", True)]
+            ("count", "completed", True), ("Replier", "completed", True)]
 
     def test_a_function_step_whose_row_was_to_go_with_the_refused_outcome_is_stored_as_it_ended(self):
         refuse_once = RefuseFinishOnce()
@@ -596,8 +595,8 @@ class TestQueries(WorkflowTestCase):
 
 
 class TestStepRowStatements(EngineTestMixin, TransactionTestCase):
-    def test_each_function_step_of_a_chain_adds_one_statement_and_no_transaction(self):
-        # (Outside a test's transaction, as served: a row written alone is one statement in autocommit.)
+    def test_each_function_step_of_a_chain_adds_the_same_statements(self):
+        # (Outside a test's transaction, as served.)
         def statements(steps: int) -> list[str]:
             workflow = Workflow(name="Chain", steps=[Step(name=f"s{n}", executor=count_up) for n in range(steps)])
             workflow.run("warm up", session_id=f"chain{steps}")
@@ -605,10 +604,11 @@ class TestStepRowStatements(EngineTestMixin, TransactionTestCase):
                 workflow.run("go", session_id=f"chain{steps}")
             return [query["sql"].split()[0].upper() for query in queries]
 
-        one, three = statements(1), statements(3)
-        # The two earlier steps' rows: one INSERT each before the next step runs; the last goes with the finish.
-        assert len(three) - len(one) == 2  # (their state changes go in the finish's one INSERT of changes)
-        assert three.count("BEGIN") == one.count("BEGIN") and three.count("SAVEPOINT") == one.count("SAVEPOINT")
+        one, two, three = statements(1), statements(2), statements(3)
+        # Its row as it starts and its end as it ends; its state change goes in the finish's one INSERT of changes.
+        step = [sql for sql in two if sql not in ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE")]
+        assert len(three) - len(two) == len(two) - len(one) <= 6
+        assert len(step) - len([sql for sql in one if sql not in ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE")]) == 2
 
 
 class TestConcurrency(EngineTestMixin, TransactionTestCase):

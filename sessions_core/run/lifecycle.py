@@ -1,0 +1,174 @@
+"""A run's status, and the session lease that makes a session's runs take turns. Every change of a
+run's status is made here:
+
+    queued -> running -> (paused -> running) -> completed | error | cancelled | interrupted
+
+A run that finds its session's lease held (or live runs queued before it) is stored `queued`, with its
+input, and starts in order once the lease is free. The process waiting to start it renews the run's
+`claimed_until`; a queued run whose process has stopped is an orphan, which any process that serves
+the session may take over (`orphans`). A running run holds the session's lease and renews it with a
+heartbeat; a lease that expires means its process stopped, and the next start marks that run
+`interrupted`. `paused` (a run waiting for a person) holds no lease. `cancel` stops a run in any of
+the open statuses, from any process.
+
+Each transition is one conditional UPDATE (`status` must still be what the transition leaves), so two
+processes never both move the same run.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+
+from ..models import INTERRUPTED_ERROR, ChatSession, Run, RunStatus
+from . import registry
+
+LEASE_SECONDS = 30  # a lease (or a queued run's claim) not renewed for this long is taken as dead
+HEARTBEAT_SECONDS = 10  # how often a running run renews its lease (and a queued run its claim)
+
+# Which status each status may move to (None: a new run).
+TRANSITIONS = {
+    None: {RunStatus.QUEUED, RunStatus.RUNNING},
+    RunStatus.QUEUED: {RunStatus.RUNNING, RunStatus.CANCELLED},
+    RunStatus.RUNNING: {RunStatus.PAUSED, RunStatus.COMPLETED, RunStatus.ERROR, RunStatus.CANCELLED,
+                        RunStatus.INTERRUPTED},
+    RunStatus.PAUSED: {RunStatus.RUNNING, RunStatus.CANCELLED},
+    # A run marked interrupted whose process was only slow (its lease expired) still stores its outcome.
+    RunStatus.INTERRUPTED: {RunStatus.COMPLETED, RunStatus.ERROR, RunStatus.CANCELLED},
+}
+
+
+class TransitionError(ValueError):
+    pass
+
+
+def _move(runs, current: str | tuple[str, ...], new: str, **fields) -> int:
+    """Move the runs of `runs` still in `current` (a status or several) to `new`; how many moved."""
+    current = (current,) if isinstance(current, str) else current
+    for status in current:
+        if new not in TRANSITIONS[status]:
+            raise TransitionError(f"A {status} run cannot become {new}.")
+    return runs.filter(status__in=current).update(status=new, **fields)
+
+
+def expiry(now):
+    return now + timedelta(seconds=LEASE_SECONDS)
+
+
+# -- the lease ---------------------------------------------------------------------------------------
+
+
+def lease_live(session: ChatSession, now) -> bool:
+    return bool(session.lease_token and session.lease_expires_at and session.lease_expires_at > now)
+
+
+def take_lease(session: ChatSession, token: str, run: Run, last_seq: int, now, alias: str) -> None:
+    """The run takes the session's lease (the session row locked) and becomes its current leaf."""
+    ChatSession.objects.using(alias).filter(pk=session.pk).update(
+        lease_token=token, lease_expires_at=expiry(now), last_activity_at=now, last_seq=last_seq, current_leaf=run)
+
+
+def renew_lease(session_pk: int, token: str, alias: str) -> None:
+    ChatSession.objects.using(alias).filter(pk=session_pk, lease_token=token).update(
+        lease_expires_at=expiry(timezone.now()))
+
+
+def release_lease(session_pk: int, token: str, alias: str, now, **fields) -> int:
+    """Release the lease if `token` still holds it, with `fields` of the session; 1 if it did."""
+    return ChatSession.objects.using(alias).filter(pk=session_pk, lease_token=token).update(
+        lease_token="", lease_expires_at=None, last_activity_at=now, **fields)
+
+
+def interrupt_abandoned(session: ChatSession, alias: str, now) -> None:
+    """The session's lease expired (the session row locked): the run that held it is over; its steps too."""
+    _move(Run.objects.using(alias).filter(session_id=session.pk), RunStatus.RUNNING, RunStatus.INTERRUPTED,
+          finished_at=now, error=INTERRUPTED_ERROR)
+
+
+# -- the queue ---------------------------------------------------------------------------------------
+
+
+def queued_ahead(session_pk: int, run_pk: int | None, now, alias: str) -> bool:
+    """Whether a queued run whose process is alive waits before run `run_pk` (None: any queued run)."""
+    runs = Run.objects.using(alias).filter(session_id=session_pk, status=RunStatus.QUEUED, claimed_until__gt=now)
+    if run_pk is not None:
+        runs = runs.filter(pk__lt=run_pk)
+    return runs.exists()
+
+
+def queue(alias: str, now, **fields) -> Run:
+    """A new run, stored as waiting for its session's lease."""
+    return Run.objects.using(alias).create(status=RunStatus.QUEUED, claimed_until=expiry(now), created_at=now,
+                                           **fields)
+
+
+def still_queued(run_pk: int, alias: str) -> bool:
+    """Whether the queued run is still waiting (a cancel from any process ends the wait); renews its claim."""
+    return bool(Run.objects.using(alias).filter(pk=run_pk, status=RunStatus.QUEUED).update(
+        claimed_until=expiry(timezone.now())))
+
+
+def claim_orphan(run_id: str, session_pk: int, alias: str, now) -> Run | None:
+    """Take over a queued run of the session whose waiting process has stopped; None if it is not one."""
+    runs = Run.objects.using(alias).filter(run_id=run_id, session_id=session_pk, status=RunStatus.QUEUED)
+    orphan = runs.filter(claimed_until__lte=now) | runs.filter(claimed_until__isnull=True)
+    if not orphan.update(claimed_until=expiry(now)):
+        return None
+    return runs.get()
+
+
+def orphans(session_pk: int, alias: str = "default", now=None) -> list[Run]:
+    """The session's queued runs whose waiting process has stopped, oldest first: runs to take over
+    (`Agent.arun(None, run_id=run.run_id, ...)` runs one with its stored input)."""
+    runs = Run.objects.using(alias).filter(session_id=session_pk, status=RunStatus.QUEUED)
+    now = now or timezone.now()
+    return list((runs.filter(claimed_until__lte=now) | runs.filter(claimed_until__isnull=True)).order_by("pk"))
+
+
+# -- a run's own transitions -------------------------------------------------------------------------
+
+
+def start_queued(run_pk: int, alias: str, now, **fields) -> bool:
+    """queued -> running; False if it was cancelled meanwhile."""
+    runs = Run.objects.using(alias).filter(pk=run_pk)
+    return bool(_move(runs, RunStatus.QUEUED, RunStatus.RUNNING, claimed_until=None, created_at=now, **fields))
+
+
+def start_new(alias: str, **fields) -> Run:
+    """A new run, running at once (a root run that found its session free, a step, a member)."""
+    return Run.objects.using(alias).create(status=RunStatus.RUNNING, **fields)
+
+
+def end(run_pk: int, status: str, alias: str, **fields) -> int:
+    """running (or interrupted meanwhile) -> completed, error or cancelled."""
+    return _move(Run.objects.using(alias).filter(pk=run_pk), (RunStatus.RUNNING, RunStatus.INTERRUPTED), status,
+                 **fields)
+
+
+def end_children(parent_pk: int, status: str, alias: str, **fields) -> int:
+    """The steps of a run still running end with it (its outcome could not be stored)."""
+    return _move(Run.objects.using(alias).filter(parent_run_id=parent_pk), RunStatus.RUNNING, status, **fields)
+
+
+def checkpoint(run_pk: int, partial: str, alias: str) -> None:
+    """The text so far of a running run."""
+    Run.objects.using(alias).filter(pk=run_pk, status=RunStatus.RUNNING).update(content=partial)
+
+
+def cancel_requested(run_pk: int, alias: str) -> bool:
+    return Run.objects.using(alias).filter(pk=run_pk, cancel_requested=True).exists()
+
+
+def cancel(run_id: str, alias: str = "default") -> bool:
+    """Stop a run, from any process: a queued or paused one ends cancelled at once (its waiting process
+    hears it at its next look), a running one is asked to stop (its process hears it at once if it is
+    this one, else within about a second, through its heartbeat). True if the run was open."""
+    local = registry.request_cancel(run_id)
+    runs = Run.objects.using(alias).filter(run_id=run_id)
+    now = timezone.now()
+    if _move(runs, RunStatus.QUEUED, RunStatus.CANCELLED, finished_at=now, claimed_until=None):
+        return True
+    if _move(runs, RunStatus.PAUSED, RunStatus.CANCELLED, finished_at=now):
+        return True
+    return bool(runs.filter(status=RunStatus.RUNNING).update(cancel_requested=True)) or local

@@ -1,0 +1,79 @@
+"""The rows a run writes besides its status: its session, its messages and its state changes.
+
+Plain ORM, called inside the caller's `transaction.atomic`; a run's statements do not grow with its
+session's length.
+"""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from ..history import ChatMessage
+from ..models import ChatSession, Message, Run, StateChange
+from ..owners import check_owner, resolve_user
+
+
+def locked_session(session_id: str, user_ref, alias: str) -> ChatSession | None:
+    """The session row, locked until the end of the transaction, with its owner; refuses anyone but the owner."""
+    session = (ChatSession.objects.using(alias).select_for_update(of=("self",)).select_related("owner")
+               .filter(session_id=session_id).first())
+    if session is not None:
+        owner = session.owner
+        check_owner(session_id, session.owner_id, owner.get_username() if owner else None, user_ref)
+    return session
+
+
+def new_session(session_id: str, user_ref, config, alias: str, now) -> ChatSession:
+    """A new session for a run, locked; if another run created it a moment ago, that one (checked)."""
+    user = resolve_user(user_ref, alias)
+    try:
+        with transaction.atomic(using=alias):  # a savepoint: a lost race rolls back only this
+            return ChatSession.objects.using(alias).new(
+                session_id=session_id, owner=user, kind=config.kind, component_id=config.component_id,
+                metadata=config.session_metadata, now=now)
+    except IntegrityError:
+        session = locked_session(session_id, user_ref, alias)
+        if session is None:
+            raise
+        return session
+
+
+def next_seq_after_crash(session: ChatSession, alias: str) -> int:
+    """The highest message seq of a session whose last run's process stopped: its steps may have stored
+    messages beyond the session's `last_seq`, which only a finish brings up to date."""
+    highest = Message.objects.using(alias).filter(session_id=session.pk).aggregate(seq=Max("seq"))["seq"]
+    return max(session.last_seq, highest or 0)
+
+
+def message_rows(session_pk: int, run: Run | int, messages: list[ChatMessage], last_seq: int, now,
+                 run_id: str) -> tuple[list[Message], int]:
+    """Unsaved Message rows of `messages`, numbered after `last_seq`, and the last number."""
+    run_pk = run if isinstance(run, int) else run.pk
+    rows = []
+    for message in messages:
+        last_seq += 1
+        message.seq, message.created_at, message.run_id = last_seq, now, run_id
+        rows.append(Message(session_id=session_pk, run_id=run_pk, seq=last_seq, role=message.role,
+                            content=message.content or "", tool_calls=message.tool_calls,
+                            tool_call_id=message.tool_call_id, tool_name=message.tool_name,
+                            tool_error=message.tool_error, created_at=now))
+    return rows, last_seq
+
+
+def insert_messages(rows: list[Message], alias: str) -> None:
+    if rows:
+        Message.objects.using(alias).bulk_create(rows)
+
+
+def insert_changes(session_pk: int, changes: list, first_version: int, default_run_pk: int, now,
+                   alias: str) -> None:
+    """StateChange rows of `changes` [(patch, inverse, source, run or None)], versioned after `first_version`;
+    each names the run that made it (a step's or a member's), else the run with pk `default_run_pk`."""
+    if not changes:
+        return
+    StateChange.objects.using(alias).bulk_create([
+        StateChange(session_id=session_pk, run_id=default_run_pk if run is None else run.run_pk,
+                    version=first_version + number, patch=patch, inverse=inverse, source=source, created_at=now)
+        for number, (patch, inverse, source, run) in enumerate(changes, start=1)
+    ])
