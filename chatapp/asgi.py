@@ -24,10 +24,8 @@ application = ProtocolTypeRouter(
     }
 )
 
-# What the imports made (Django, channels, the apps: about 150,000 objects) lives as long as the
-# server: freeze it, so that the occasional full collection walks only what was made since. On this
-# project's VM a full collection takes 70 ms at start without the freeze; in a process that has been
-# running the engine, one in the middle of a run took 95-110 ms, and 9 ms with the freeze, a pause every
-# socket of the process would feel.
+# What the imports made (Django, channels, the apps) lives as long as the server: freeze it, so that a
+# full collection walks only what was made since, and its pause, which every socket of the process
+# feels, stays short.
 gc.collect()
 gc.freeze()

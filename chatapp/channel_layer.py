@@ -2,14 +2,11 @@
 
 channels-redis offers two layers. The default one keeps each process's messages in Redis lists: a group
 send reads the group's members from a sorted set and pushes to every member's list (several commands), and
-each process pops its sockets' messages back one blocking pop at a time, in one loop for all its sockets.
-Measured on this app's 2-core machine (`bench/load.py`, one process, 50 chats streaming 200 words each), that
-loop is where a process falls behind: the first word waited 5.1 s (p50) and a frame cost 1.1-2.1 ms of the
-process's CPU from send to receipt. The pub/sub layer sends a group message with one PUBLISH; Redis hands
-it to the processes that have a member in the group, and each process gives it to its own sockets: 0.2-0.7
-ms a frame, and the same 50 chats had their first word after 1.4 s. Its sends, one round trip each under
-a lock, go out here as pipelines (`_Shard`): 200 sends at once cost 81-91 us of CPU each from send to
-receipt instead of 201-221 us.
+each process pops its sockets' messages back one blocking pop at a time, in one loop for all its sockets:
+under many streaming chats that loop is where a process falls behind. The pub/sub layer sends a group
+message with one PUBLISH; Redis hands it to the processes that have a member in the group, and each
+process gives it to its own sockets. Its sends, one round trip each under a lock, go out here as
+pipelines (`_Shard`). The figures behind this choice are in bench/README.md.
 
 Its one gap: it keeps what a socket has not read yet in an unbounded queue, so a socket that stops
 reading (a stalled browser) would hold every frame of every reply in memory. Here a socket's queue holds
@@ -42,9 +39,9 @@ class DroppingQueue(asyncio.Queue):
 
 class _Shard(RedisSingleShardConnection):
     """channels-redis's connection to one Redis, whose sends go out together: upstream each send is one
-    round trip under a lock, so a process's sends wait for each other one at a time (under 50 streaming
-    chats a process, about 1,700 a second), and each costs redis-py a command's Python. Here the sends made
-    while one batch is on its way go out next as one pipeline: one round trip, in order, whatever the load.
+    round trip under a lock, so a process's sends wait for each other one at a time, and each costs
+    redis-py a command's Python. Here the sends made while one batch is on its way go out next as one
+    pipeline: one round trip, in order, whatever the load.
     The lock still guards the subscriptions; the client's creation has no await."""
 
     def __init__(self, *args, **kwargs):

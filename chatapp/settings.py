@@ -156,8 +156,8 @@ else:
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # A pool of connections per process (psycopg_pool), as Django advises under ASGI instead of persistent
     # connections: the socket and the run tasks close their connection after each message (Django's
-    # close_old_connections), and without a pool every message opened a new PostgreSQL connection (a
-    # round trip, authentication and a few ms of this process's CPU). A connection is checked before it is
+    # close_old_connections), and without a pool every message would open a new PostgreSQL connection (a
+    # round trip, authentication and this process's CPU). A connection is checked before it is
     # handed out (one empty query: one the server dropped, by a restart, is replaced), and a request waits
     # at most DATABASE_POOL_TIMEOUT seconds for one (a server that is down: an error, not a hang). 0 turns
     # the pool off.
@@ -170,9 +170,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Prepared statements for what binds its parameters on the server: the engine's run statements
     # (sessions_core/run_sql.py; Django's ORM binds on the client and is never prepared). psycopg prepares
     # a statement after its 5th use on a connection, saving the server its parsing and planning from then
-    # on (bench/README.md: a plain agent run 3.50 -> 2.61 ms on this VM). Off for a pooler that cannot keep
-    # them (PgBouncer in transaction mode before 1.21, or without max_prepared_statements). A
-    # ?prepare_threshold= in DATABASE_URL wins over both.
+    # on (figures in bench/README.md). Off for a pooler that cannot keep them (PgBouncer in transaction
+    # mode before 1.21, or without max_prepared_statements). A ?prepare_threshold= in DATABASE_URL wins
+    # over both.
     _prepare = 5 if _bool("DATABASE_PREPARED_STATEMENTS", True) else None
     _options = DATABASES["default"].setdefault("OPTIONS", {})
     _options.setdefault("prepare_threshold", _prepare)
@@ -194,9 +194,10 @@ REDIS_URL = _env(env.str, "REDIS_URL", "")
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         _refuse("REDIS_URL", REDIS_URL, "expected a URL starting with redis://, rediss:// or unix://")
-    # Redis pub/sub, each socket's queue bounded (chatapp/channel_layer.py says why, with figures). A read
-    # waits up to 15 s for Redis (redis-py's default of 5 s was once too short under load); redis-py's pool
-    # refuses a command past 100 connections ("Too many connections") instead of waiting: up to 1,000.
+    # Redis pub/sub, each socket's queue bounded (chatapp/channel_layer.py says why). A read waits up to
+    # 15 s for Redis, so a Redis slowed by load is not taken for one that is gone (redis-py's default is
+    # 5 s); redis-py's pool refuses a command past 100 connections ("Too many connections") instead of
+    # waiting: up to 1,000.
     CHANNEL_LAYERS = {"default": {"BACKEND": "chatapp.channel_layer.ChatChannelLayer", "CONFIG": {
         "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "max_connections": REDIS_MAX_CONNECTIONS}],
         "capacity": CHAT_CHANNEL_CAPACITY}}}

@@ -2,16 +2,13 @@
 
 In WAL mode, a commit appends the pages it changed to the `-wal` file; a checkpoint copies them back
 into the database file and syncs it. By default the connection whose commit takes the WAL past 1,000
-pages runs that checkpoint itself, inside its commit: on this project's 2-core VM about 4 ms, paid by
-one run in 30-40 (a run writes 20-30 pages), and by every request queued behind it on Django's one
-executor thread.
+pages runs that checkpoint itself, inside its commit: the run that happens to cross that line pays
+for it, and so does every request queued behind it on Django's one executor thread.
 
 Here each process keeps one thread per SQLite database file that runs a PASSIVE checkpoint every
 CHECKPOINT_SECONDS (it never waits for a lock and never holds up a writer), and the app's connections
-leave checkpointing to it until the WAL reaches FALLBACK_PAGES, where a writer does it as before (a
-safety net for bursts, or should the thread be gone). Measured with bench/engine.py's setup over 800
-runs: the start and finish steps slower than 2 ms went from 17-18 to 4 in 1,600, and the p99 of the
-engine's own time per run from 5.1-6.1 to 4.3-5.1 ms (the median is unchanged).
+leave checkpointing to it until the WAL reaches FALLBACK_PAGES, where a writer does it itself (a
+safety net for bursts, or should the thread be gone).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-# Sourced by scripts/run and scripts/test: make .venv match requirements.lock.
-# uv installs the locked set in seconds; plain pip is the fallback when uv cannot be fetched.
+# Sourced by scripts/run, scripts/serve and scripts/test: make .venv match requirements.lock.
+# uv installs the locked set; plain pip is the fallback when uv cannot be fetched.
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
-# This machine sets PYTHONDONTWRITEBYTECODE; uv does not compile at install, so every run would
-# recompile every import without .pyc files.
+# uv does not compile at install, so with PYTHONDONTWRITEBYTECODE set (some machines set it) every
+# run would recompile every import without .pyc files.
 unset PYTHONDONTWRITEBYTECODE
 PYTHON=${PYTHON:-$(command -v python3)}
 if [ ! -x "$ROOT/.ci-tools/bin/uv" ]; then

@@ -86,8 +86,8 @@ class ToolExecution:
 
     def snapshot(self) -> ToolExecution:
         """A copy for an event: the call as it is now, unchanged when its result and metrics come.
-        Its arguments are parsed JSON (copied container by container); asdict's generic deep copy
-        cost ten times as much, twice per tool call of every streamed run."""
+        Its arguments are parsed JSON (copied container by container), which is much quicker than
+        asdict's generic deep copy; this runs twice per tool call of every streamed run."""
         return ToolExecution(tool_call_id=self.tool_call_id, tool_name=self.tool_name,
                              tool_args=copy_tree(self.tool_args), result=self.result,
                              tool_call_error=self.tool_call_error, metrics=dict(self.metrics))

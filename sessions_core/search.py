@@ -20,10 +20,10 @@ rename, a new message or a delete shows at once:
   only of English stop words ("what is this"), which that configuration drops, is looked for as typed.
 * SQLite with FTS5: an external-content FTS5 table (porter stemmer) for messages, with `snippet()`; an
   FTS5 trigram table on names supplies typo candidates, scored here exactly as pg_trgm would. Names
-  are indexed by triggers. Messages are indexed here, by the search that first reads them: an insert
-  trigger cost a run 0.15-0.2 ms (of a 2 ms budget) inside its transaction, so the messages stored
-  since the last search are indexed before each message search, and a message is found from the
-  first search after its run is stored. Delete and update triggers keep indexed messages in step.
+  are indexed by triggers. Messages are indexed here, by the search that first reads them, so a run's
+  transaction never writes to the index: the messages stored since the last search are indexed before
+  each message search, and a message is found from the first search after its run is stored. Delete
+  and update triggers keep indexed messages in step.
 * Anything else (or SQLite built without FTS5): LIKE scans; no typo tolerance, no stemming.
 
 Snippets are data, not HTML: a `Snippet` is plain text with the (start, end) spans that matched; the
@@ -54,7 +54,7 @@ SEARCHED_ROLES = (Role.USER, Role.ASSISTANT)
 
 TITLE_SIMILARITY = 0.5  # pg_trgm word_similarity (computed the same way in Python on SQLite)
 FUZZY_CANDIDATES = 200  # SQLite: names sharing trigrams with the query, scored in Python
-FTS5_DRIVING_LIMIT = 25_000  # SQLite: below this many matches, start from the FTS5 index (measured crossover)
+FTS5_DRIVING_LIMIT = 25_000  # SQLite: below this many matches, start from the FTS5 index; above, walk the sessions
 SNIPPET_WORDS = 20
 SHORT_MESSAGE_CHARS = 200  # shorter messages are shown whole
 MAX_QUERY_CHARS = 500

@@ -407,8 +407,8 @@ class Step(_Primitive):
             if out.status == RunStatus.CANCELLED:
                 raise Cancelled()
             if out.status == RunStatus.COMPLETED:
-                # Named for this step; built field by field (dataclasses.replace costs a function step more
-                # than its state change does) unless the function returned a StepOutput of its own kind.
+                # Named for this step; built field by field (quicker than dataclasses.replace, on a path
+                # every function step takes) unless the function returned a StepOutput of its own kind.
                 made = child.step_output
                 named = {"step_name": self.name, "step_id": self.step_id, "step_type": "step",
                          "executor_type": self.executor_type, "executor_name": self.executor_name,

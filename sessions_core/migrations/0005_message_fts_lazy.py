@@ -1,9 +1,9 @@
-"""SQLite: messages are indexed for search when someone searches, no longer as they are stored.
+"""SQLite: messages are indexed for search when someone searches, not as they are stored.
 
-The insert trigger of 0002 wrote to the FTS5 table inside every run's transaction: two FTS5 segment
-flushes, 0.15-0.2 ms of a 2 ms run. Now sessions_core.search indexes the messages stored since the
-last search before it reads the index, and a one-row table holds how far that got: every message with
-an id up to `indexed_upto` is indexed (if it is a user or assistant message), none above it is.
+This drops 0002's insert trigger, which wrote to the FTS5 table inside every run's transaction.
+sessions_core.search indexes the messages stored since the last search before it reads the index,
+and a one-row table holds how far that got: every message with an id up to `indexed_upto` is indexed
+(if it is a user or assistant message), none above it is.
 Message ids are AUTOINCREMENT and SQLite has one writer at a time, so committed ids only grow and the
 mark is exact.
 
@@ -47,7 +47,7 @@ FORWARD = [
 
 
 def _backward() -> list[str]:
-    # The triggers exactly as 0002 made them (0002 is applied, so its text no longer changes).
+    # The triggers exactly as 0002 made them (an applied migration's text does not change).
     search_indexes = importlib.import_module("sessions_core.migrations.0002_search_indexes")
     triggers = [sql for sql in search_indexes.SQLITE_MESSAGE_FTS if sql.startswith("CREATE TRIGGER")]
     return [
