@@ -167,16 +167,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": min(2, _pool_size), "max_size": _pool_size,
             "timeout": _number("DATABASE_POOL_TIMEOUT", 5.0, above=True)}
-    # Prepared statements for what binds its parameters on the server: the engine's run statements
-    # (sessions_core/run_sql.py; Django's ORM binds on the client and is never prepared). psycopg prepares
-    # a statement after its 5th use on a connection, saving the server its parsing and planning from then
-    # on (figures in bench/README.md). Off for a pooler that cannot keep them (PgBouncer in transaction
-    # mode before 1.21, or without max_prepared_statements). A ?prepare_threshold= in DATABASE_URL wins
-    # over both.
-    _prepare = 5 if _bool("DATABASE_PREPARED_STATEMENTS", True) else None
+    # A ?prepare_threshold= in DATABASE_URL reaches psycopg as a number of uses or None, never as text.
     _options = DATABASES["default"].setdefault("OPTIONS", {})
-    _options.setdefault("prepare_threshold", _prepare)
-    if isinstance(_options["prepare_threshold"], str):  # django-environ leaves what is not a number as text
+    if isinstance(_options.get("prepare_threshold"), str):  # django-environ leaves what is not a number as text
         if _options["prepare_threshold"].strip().lower() != "none":
             _refuse("DATABASE_URL", os.environ.get("DATABASE_URL", ""),
                     "prepare_threshold must be a whole number of uses (0: at once) or none (never)")

@@ -17,8 +17,7 @@ VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "
              "CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", "CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR",
              "CHAT_LOGINS_PER_ADDRESS_PER_HOUR", "CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR", "STATIC_ROOT",
              "TRUST_PROXY_HEADERS", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS",
-             "SECURE_HSTS_PRELOAD", "DATABASE_POOL_MAX", "DATABASE_POOL_TIMEOUT",
-             "DATABASE_PREPARED_STATEMENTS")
+             "SECURE_HSTS_PRELOAD", "DATABASE_POOL_MAX", "DATABASE_POOL_TIMEOUT")
 
 
 def load(monkeypatch, **env):
@@ -59,20 +58,15 @@ def test_the_connection_pool_can_be_turned_off(monkeypatch):
     assert "pool" not in settings.DATABASES["default"].get("OPTIONS", {})
 
 
-def test_prepared_statements_on_postgres_unless_turned_off_and_the_url_wins(monkeypatch):
+def test_a_prepare_threshold_in_the_url_reaches_psycopg_as_a_number_or_none(monkeypatch):
     url = "postgres://app:pw@db.example:5432/chat"
-    assert load(monkeypatch, DATABASE_URL=url).DATABASES["default"]["OPTIONS"]["prepare_threshold"] == 5
-    off = load(monkeypatch, DATABASE_URL=url, DATABASE_PREPARED_STATEMENTS="false")
-    assert off.DATABASES["default"]["OPTIONS"]["prepare_threshold"] is None  # psycopg: never prepare
-    given = load(monkeypatch, DATABASE_URL=url + "?prepare_threshold=0", DATABASE_PREPARED_STATEMENTS="false")
+    given = load(monkeypatch, DATABASE_URL=url + "?prepare_threshold=0")
     assert given.DATABASES["default"]["OPTIONS"]["prepare_threshold"] == 0
     never = load(monkeypatch, DATABASE_URL=url + "?prepare_threshold=none")
     assert never.DATABASES["default"]["OPTIONS"]["prepare_threshold"] is None
     with pytest.raises(ImproperlyConfigured, match="DATABASE_URL.*prepare_threshold must be a whole number"):
         load(monkeypatch, DATABASE_URL=url + "?prepare_threshold=soon")
     assert "prepare_threshold" not in load(monkeypatch).DATABASES["default"].get("OPTIONS", {})  # SQLite
-    with pytest.raises(ImproperlyConfigured, match="DATABASE_PREPARED_STATEMENTS"):
-        load(monkeypatch, DATABASE_URL=url, DATABASE_PREPARED_STATEMENTS="sometimes")
 
 
 def test_a_sockets_channel_holds_what_chat_channel_capacity_says_in_either_layer(monkeypatch):
