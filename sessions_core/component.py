@@ -22,7 +22,7 @@ from .config import RunConfig
 from .events import RunEvent
 from .models import RunStatus
 from .owners import validate_session_id
-from .run import lifecycle
+from .run import lifecycle, registry
 from .steps import content_text
 
 # With stream=True and stream_events=False the caller gets the run's text as it is written and, from the
@@ -227,7 +227,8 @@ class Component(SessionAccessors):
 
     @staticmethod
     async def acancel_run(run_id: str, db: str | None = None) -> bool:
-        return await call_sync(lifecycle.cancel, run_id, getattr(db, "alias", db) or "default")
+        local = registry.request_cancel(run_id)  # a run of this process is interrupted before the database is asked
+        return await call_sync(lifecycle.cancel_stored, run_id, getattr(db, "alias", db) or "default") or local
 
 
 def _content_only(loop, event) -> bool:

@@ -165,10 +165,15 @@ def cancel(run_id: str, alias: str = "default") -> bool:
     hears it at its next look), a running one is asked to stop (its process hears it at once if it is
     this one, else within about a second, through its heartbeat). True if the run was open."""
     local = registry.request_cancel(run_id)
+    return cancel_stored(run_id, alias) or local
+
+
+def cancel_stored(run_id: str, alias: str = "default") -> bool:
+    """`cancel`'s part in the database: True if the stored run was open."""
     runs = Run.objects.using(alias).filter(run_id=run_id)
     now = timezone.now()
     if _move(runs, RunStatus.QUEUED, RunStatus.CANCELLED, finished_at=now, claimed_until=None):
         return True
     if _move(runs, RunStatus.PAUSED, RunStatus.CANCELLED, finished_at=now):
         return True
-    return bool(runs.filter(status=RunStatus.RUNNING).update(cancel_requested=True)) or local
+    return bool(runs.filter(status=RunStatus.RUNNING).update(cancel_requested=True))
