@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import datetime
+import functools
+import json
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from django.db import connections
+from django.utils import timezone
 
 from .models import Message, Role, Run, RunStatus
 
@@ -82,27 +87,66 @@ def history_read(session_pk: int, num_runs: int | None, num_messages: int | None
 
 
 def read_history(read: HistoryRead | None, alias: str) -> list[ChatMessage]:
-    """What an earlier part of the session contributes to a run's request, oldest first: one query whose
-    cost does not grow with the session's length. System messages are never replayed."""
+    """What an earlier part of the session contributes to a run's request, oldest first: one statement
+    whose cost does not grow with the session's length. System messages are never replayed.
+
+    It runs at every run's start, and the ORM spends many times the statement's own time building this
+    read (a subquery with its own order and limit), so it is plain SQL through Django's cursor, written
+    once per database from the models' names (`_history_sql`); tests/test_history.py holds it to the
+    ORM's answer."""
     if read is None:
         return []
-    if read.component_id is None:
-        runs = Run.objects.using(alias).filter(session_id=read.session_pk, status=RunStatus.COMPLETED,
-                                               parent_run__isnull=True, abandoned=False)
-    else:
-        runs = Run.objects.using(alias).filter(session_id=read.session_pk, status=RunStatus.COMPLETED,
-                                               parent_run__isnull=False, component_id=read.component_id)
-    messages = Message.objects.using(alias).exclude(role=Role.SYSTEM)
-    if read.num_runs is not None:
-        last_runs = runs.order_by("-id").values("id")[: read.num_runs]
-        rows = list(messages.filter(run_id__in=last_runs).order_by("seq").values_list(*_HISTORY_FIELDS))
-    else:
-        if read.component_id is None:
-            messages = messages.filter(session_id=read.session_pk, run__in=runs)
-        else:  # among its last as many runs: each has one message at least
-            messages = messages.filter(run_id__in=runs.order_by("-id").values("id")[: read.num_messages])
-        rows = list(messages.order_by("-seq").values_list(*_HISTORY_FIELDS)[: read.num_messages])[::-1]
-    return replayed(rows, read)
+    connection = connections[alias]
+    by_runs = read.num_runs is not None
+    params = [read.session_pk, RunStatus.COMPLETED]
+    if read.component_id is not None:
+        params.append(read.component_id)
+    params += [read.num_runs if by_runs else read.num_messages, Role.SYSTEM]
+    if not by_runs:
+        params.append(read.num_messages)
+    with connection.cursor() as cursor:
+        cursor.execute(_history_sql(connection.vendor, by_runs, read.component_id is not None), params)
+        rows = cursor.fetchall()
+    if not by_runs:
+        rows.reverse()  # read newest first
+    return replayed([_typed(row, connection) for row in rows], read)
+
+
+@functools.cache
+def _history_sql(vendor: str, by_runs: bool, of_component: bool) -> str:
+    """The statement `read_history` runs (`vendor` keys the cache: the quoting is the database's)."""
+    from django.db import connection
+
+    quote = connection.ops.quote_name
+
+    def column(model, name):
+        return quote(model._meta.get_field(name).column)
+
+    message, run = quote(Message._meta.db_table), quote(Run._meta.db_table)
+    fields = ", ".join(f"m.{column(Message, name)}" for name in _HISTORY_FIELDS)
+    if of_component:  # a step agent's (or member's) own completed runs
+        runs = (f"r.{column(Run, 'parent_run')} IS NOT NULL AND r.{column(Run, 'component_id')} = %s")
+    else:  # the completed top-level runs of the branch the session is on
+        runs = f"r.{column(Run, 'parent_run')} IS NULL AND NOT r.{column(Run, 'abandoned')}"
+    last_runs = (f"SELECT r.{column(Run, 'id')} FROM {run} r WHERE r.{column(Run, 'session')} = %s"
+                 f" AND r.{column(Run, 'status')} = %s AND {runs} ORDER BY r.{column(Run, 'id')} DESC LIMIT %s")
+    seq = f"m.{column(Message, 'seq')}"
+    sql = (f"SELECT {fields} FROM {message} m WHERE m.{column(Message, 'run')} IN ({last_runs})"
+           f" AND m.{column(Message, 'role')} <> %s ORDER BY {seq}")
+    # By messages: the last N among its last N runs (each run has a message at least), newest first.
+    return sql if by_runs else sql + " DESC LIMIT %s"
+
+
+def _typed(row: tuple, connection) -> tuple:
+    """A row of `_history_sql` with the values the ORM would give: JSON decoded, an aware datetime, a bool."""
+    seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, created_at = row
+    if isinstance(tool_calls, str):
+        tool_calls = json.loads(tool_calls)
+    if isinstance(created_at, str):  # SQLite
+        created_at = datetime.datetime.fromisoformat(created_at)
+    if created_at is not None and timezone.is_naive(created_at):
+        created_at = timezone.make_aware(created_at, datetime.UTC)
+    return seq, role, content, tool_calls, tool_call_id, tool_name, bool(tool_error), created_at
 
 
 def replayed(rows: list[tuple], read: HistoryRead) -> list[ChatMessage]:

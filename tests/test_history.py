@@ -4,9 +4,11 @@ import pytest
 from django.db import connection
 from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from sessions_core import RunContext
-from sessions_core.models import ChatSession, Message, Run, RunStatus
+from sessions_core.history import HistoryRead, read_history
+from sessions_core.models import ChatSession, Message, Role, Run, RunStatus
 from tests.engine_helpers import EngineTestMixin, Gate, bulk_runs, make_users, tool_then_text
 from tests.factories import make_run, make_session
 from tests.llm_server import Error, Text, ToolCalls
@@ -201,9 +203,9 @@ class TestQueryCost(EngineTestMixin, TestCase):
     """The SQL a run costs does not depend on how many runs came before it."""
 
     # The start (the session, the queue, the history, the run, its first message, the lease) and the finish
-    # (the session, the messages, the state change, the session again, the run): 11 statements, each
-    # step in a transaction (a savepoint inside the test's), at 5 and 500 earlier runs.
-    BOUND = 15
+    # (the session, the messages, the state change, the run): 10 statements, each step in a transaction
+    # (a savepoint inside the test's), at 5 and 500 earlier runs.
+    BOUND = 14
 
     @pytest.fixture(autouse=True)
     def _query_fixture(self, django_assert_max_num_queries):
@@ -240,3 +242,103 @@ class TestQueryCost(EngineTestMixin, TestCase):
             events = list(agent.run("add x", session_id="s", user_id="alice", stream=True, stream_events=True))
         assert events[-1].status == "completed"
         assert len(captured) <= self.BOUND
+
+
+HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
+
+
+def add_tool_turn(session, run_status=RunStatus.COMPLETED, parent_run=None):
+    """A run with a system prompt, a tool call and its result, as the engine stores one."""
+    run = Run.objects.create(session=session, status=run_status, input="add milk", parent_run=parent_run)
+    seq = session.last_seq
+    call = {"id": f"call_{run.pk}", "name": "add_item", "arguments": '{"item": "milk"}'}
+    rows = [
+        Message(session=session, run=run, seq=seq + 1, role=Role.SYSTEM, content="You keep a list."),
+        Message(session=session, run=run, seq=seq + 2, role=Role.USER, content="add milk"),
+        Message(session=session, run=run, seq=seq + 3, role=Role.ASSISTANT, content="", tool_calls=[call]),
+        Message(session=session, run=run, seq=seq + 4, role=Role.TOOL, content="Added milk", tool_call_id=call["id"],
+                tool_name="add_item", tool_error=run_status == RunStatus.ERROR),
+        Message(session=session, run=run, seq=seq + 5, role=Role.ASSISTANT, content="Done: milk."),
+    ]
+    Message.objects.bulk_create(rows)
+    session.last_seq = seq + len(rows)
+    session.save(update_fields=["last_seq"])
+    return run
+
+
+class TestHistoryStatement(TestCase):
+    """read_history's one statement reads what the ORM reads, typed as the ORM types it."""
+
+    @classmethod
+    def setUpTestData(cls):
+        cls.session = make_session()
+        for number in range(6):
+            add_tool_turn(cls.session)
+            make_run(cls.session, user_text=f"question {number}", reply=f"answer {number}")
+        add_tool_turn(cls.session, run_status=RunStatus.ERROR)
+        make_run(cls.session, user_text="stopped", reply="half", status=RunStatus.CANCELLED)
+        abandoned = make_run(cls.session, user_text="left behind", reply="on another branch")
+        Run.objects.filter(pk=abandoned.pk).update(abandoned=True)
+        parent = Run.objects.filter(session=cls.session, status=RunStatus.COMPLETED).last()
+        add_tool_turn(cls.session, parent_run=parent)  # a member run: never history of the session
+        make_session()  # another session's messages must never appear
+
+    def rows(self, read):
+        return [(m.seq, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.tool_error, m.created_at)
+                for m in read_history(read, "default")]
+
+    def top_level(self):
+        return Run.objects.filter(session=self.session, status=RunStatus.COMPLETED, parent_run__isnull=True,
+                                  abandoned=False).order_by("-id")
+
+    def orm(self, runs, num_runs=None, num_messages=None):
+        messages = Message.objects.exclude(role=Role.SYSTEM)
+        if num_runs is not None:
+            return list(messages.filter(run_id__in=runs.values("id")[:num_runs]).order_by("seq")
+                        .values_list(*HISTORY_FIELDS))
+        rows = messages.filter(run_id__in=runs.values("id")).order_by("-seq").values_list(*HISTORY_FIELDS)
+        return list(rows[:num_messages])[::-1]
+
+    def test_by_runs_and_by_messages_read_what_the_orm_reads(self):
+        for num_runs in (1, 2, 3, 7, 50):
+            with self.subTest(num_runs=num_runs):
+                rows = self.rows(HistoryRead(self.session.pk, num_runs, None))
+                assert rows == self.orm(self.top_level(), num_runs=num_runs) and rows
+        for num_messages in (1, 2, 3, 4, 9, 200):
+            with self.subTest(num_messages=num_messages):
+                rows = self.rows(HistoryRead(self.session.pk, None, num_messages))
+                expected = self.orm(self.top_level(), num_messages=num_messages)
+                while expected and expected[0][1] == Role.TOOL:  # a window of messages starts after a tool result
+                    expected.pop(0)
+                assert rows == expected and rows
+
+    def test_a_step_agents_own_runs_read_what_the_orm_reads(self):
+        parent = Run.objects.filter(session=self.session, parent_run__isnull=True).last()
+        for number in range(4):  # step runs of "shopper", one of another step, one failed
+            step = add_tool_turn(self.session, parent_run=parent)
+            Run.objects.filter(pk=step.pk).update(component_id="shopper", content=f"step {number}")
+        other = add_tool_turn(self.session, parent_run=parent)
+        Run.objects.filter(pk=other.pk).update(component_id="other")
+        failed = add_tool_turn(self.session, run_status=RunStatus.ERROR, parent_run=parent)
+        Run.objects.filter(pk=failed.pk).update(component_id="shopper")
+        runs = Run.objects.filter(session=self.session, status=RunStatus.COMPLETED, parent_run__isnull=False,
+                                  component_id="shopper").order_by("-id")
+        for num_runs in (1, 3, 10):
+            with self.subTest(num_runs=num_runs):
+                rows = self.rows(HistoryRead(self.session.pk, num_runs, None, "shopper"))
+                assert rows == self.orm(runs, num_runs=num_runs) and rows
+        for num_messages in (1, 3, 9):
+            with self.subTest(num_messages=num_messages):
+                rows = self.rows(HistoryRead(self.session.pk, None, num_messages, "shopper"))
+                expected = self.orm(runs, num_messages=num_messages)
+                while expected and expected[0][1] == Role.TOOL:
+                    expected.pop(0)
+                assert rows == expected and rows
+
+    def test_values_come_back_typed(self):
+        rows = read_history(HistoryRead(self.session.pk, 2, None), "default")
+        tool_call = next(row for row in rows if row.tool_calls)
+        assert tool_call.tool_calls[0]["name"] == "add_item"
+        assert all(isinstance(row.tool_error, bool) for row in rows)
+        assert all(timezone.is_aware(row.created_at) for row in rows)
+        assert {row.created_at for row in rows} <= set(Message.objects.values_list("created_at", flat=True))

@@ -74,10 +74,13 @@ def renew_lease(session_pk: int, token: str, alias: str) -> None:
         lease_expires_at=expiry(timezone.now()))
 
 
-def release_lease(session_pk: int, token: str, alias: str, now, **fields) -> int:
-    """Release the lease if `token` still holds it, with `fields` of the session; 1 if it did."""
-    return ChatSession.objects.using(alias).filter(pk=session_pk, lease_token=token).update(
-        lease_token="", lease_expires_at=None, last_activity_at=now, **fields)
+def release_lease(session_pk: int, token: str, alias: str, now, at_version: int | None = None, **fields) -> int:
+    """Release the lease if `token` still holds it (and the state is still at version `at_version`, when
+    given), writing `fields` of the session; 1 if it did."""
+    session = ChatSession.objects.using(alias).filter(pk=session_pk, lease_token=token)
+    if at_version is not None:
+        session = session.filter(state_version=at_version)
+    return session.update(lease_token="", lease_expires_at=None, last_activity_at=now, **fields)
 
 
 def interrupt_abandoned(session: ChatSession, alias: str, now) -> None:

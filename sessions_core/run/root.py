@@ -29,6 +29,7 @@ from ..bridge import call_sync
 from ..events import BaseRunEvent, RunQueuedEvent, SessionSummaryCompletedEvent, SessionSummaryStartedEvent
 from ..history import ChatMessage
 from ..models import ChatSession, Role, Run, RunStatus
+from ..owners import owned_session
 from ..state_tracker import StateTracker
 from ..storable import storable
 from ..summary import aupdate_session_summary
@@ -196,7 +197,7 @@ class RootRun(BaseRun):
         """One try at the start, in one transaction on the locked session row."""
         alias, now = self.alias, timezone.now()
         with transaction.atomic(using=alias):
-            session = store.locked_session(self.session_id, self.user_ref, alias)
+            session = owned_session(self.session_id, self.user_ref, alias, lock=True, must_exist=False)
             if session is None:
                 session = store.new_session(self.session_id, self.user_ref, self.config, alias, now)
             if self.adopting:
@@ -358,33 +359,45 @@ class RootRun(BaseRun):
 
     def _finish_sync(self, status, error, keep_state) -> tuple[dict, int]:
         """Store the outcome in one transaction. A failed run keeps the state as it was; otherwise the
-        state as of the run's last recorded change is stored, replayed onto an edit made meanwhile."""
+        state as of the run's last recorded change is stored."""
         alias, start, tracker, now = self.alias, self.start, self.tracker, timezone.now()
         changes = [(*change, None) for change in start.changes] + tracker.changes if keep_state else []
+        messages = self.stored_messages()
         with transaction.atomic(using=alias):
-            session = ChatSession.objects.using(alias).select_for_update().only(
-                "session_state", "state_version", "lease_token", "last_seq").get(pk=start.session_pk)
-            if session.state_version == start.base_version:  # the usual case: nobody edited the state meanwhile
-                state = (tracker.snapshot if tracker.snapshot is not None else json.loads(tracker.state_text)) \
-                    if changes else json.loads(start.base_text)
-            else:  # a manual edit during the run: replay this run's changes on it
-                state, changes = self._rebase(session.session_state, changes) if keep_state else (
-                    session.session_state, [])
-            first_version = session.state_version
-            version = first_version + len(changes)
-            rows, last_seq = store.message_rows(start.session_pk, start.run_pk, self.stored_messages(),
-                                                max(session.last_seq, self.last_seq), now, self.run_id)
-            store.insert_messages(rows, alias)
-            store.insert_changes(start.session_pk, changes, first_version, start.run_pk, now, alias)
+            # The usual case: the run still holds the lease (so its seqs are the session's) and nobody
+            # edited the state meanwhile (so its changes apply as they are).
+            state = json.loads(tracker.state_text if changes else start.base_text)
+            first_version, last_seq = start.base_version, self.last_seq + len(messages)
             fields = {"last_seq": last_seq}
             if changes:
-                fields.update(session_state=state, state_version=version)
-            if not lifecycle.release_lease(start.session_pk, self.lease_token, alias, now, **fields):
-                # The lease expired and another run took it: store this run's work without touching its lease.
-                ChatSession.objects.using(alias).filter(pk=start.session_pk).update(last_activity_at=now, **fields)
+                fields.update(session_state=state, state_version=first_version + len(changes))
+            if not lifecycle.release_lease(start.session_pk, self.lease_token, alias, now,
+                                           at_version=first_version, **fields):
+                state, changes, first_version, last_seq = self._finish_contended(keep_state, changes, messages, now)
+            rows, _ = store.message_rows(start.session_pk, start.run_pk, messages, last_seq - len(messages), now,
+                                         self.run_id)
+            store.insert_messages(rows, alias)
+            store.insert_changes(start.session_pk, changes, first_version, start.run_pk, now, alias)
+            version = first_version + len(changes)
             lifecycle.end(start.run_pk, status, alias, state_version=version, finished_at=now,
                           **self.outcome_fields(error))
         return state, version
+
+    def _finish_contended(self, keep_state, changes, messages, now):
+        """The lease was lost or the state was edited during the run: merge onto the locked row. Returns the
+        state, the changes as they apply to it, the version before them and the session's new last seq."""
+        alias = self.alias
+        session = ChatSession.objects.using(alias).select_for_update().only(
+            "session_state", "state_version", "lease_token", "last_seq").get(pk=self.start.session_pk)
+        state, first_version = session.session_state, session.state_version
+        if keep_state:  # replay this run's changes on the state as it is now
+            state, changes = self._rebase(state, changes)
+        last_seq = max(session.last_seq, self.last_seq) + len(messages)
+        fields = {"last_seq": last_seq, "session_state": state, "state_version": first_version + len(changes)}
+        if not lifecycle.release_lease(session.pk, self.lease_token, alias, now, **fields):
+            # The lease expired and another run took it: store this run's work without touching its lease.
+            ChatSession.objects.using(alias).filter(pk=session.pk).update(last_activity_at=now, **fields)
+        return state, changes, first_version, last_seq
 
     @staticmethod
     def _rebase(current: dict, changes: list) -> tuple[dict, list]:

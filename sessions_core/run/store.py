@@ -11,17 +11,7 @@ from django.db.models import Max
 
 from ..history import ChatMessage
 from ..models import ChatSession, Message, Run, StateChange
-from ..owners import check_owner, resolve_user
-
-
-def locked_session(session_id: str, user_ref, alias: str) -> ChatSession | None:
-    """The session row, locked until the end of the transaction, with its owner; refuses anyone but the owner."""
-    session = (ChatSession.objects.using(alias).select_for_update(of=("self",)).select_related("owner")
-               .filter(session_id=session_id).first())
-    if session is not None:
-        owner = session.owner
-        check_owner(session_id, session.owner_id, owner.get_username() if owner else None, user_ref)
-    return session
+from ..owners import owned_session, resolve_user
 
 
 def new_session(session_id: str, user_ref, config, alias: str, now) -> ChatSession:
@@ -33,7 +23,7 @@ def new_session(session_id: str, user_ref, config, alias: str, now) -> ChatSessi
                 session_id=session_id, owner=user, kind=config.kind, component_id=config.component_id,
                 metadata=config.session_metadata, now=now)
     except IntegrityError:
-        session = locked_session(session_id, user_ref, alias)
+        session = owned_session(session_id, user_ref, alias, lock=True, must_exist=False)
         if session is None:
             raise
         return session
