@@ -174,7 +174,8 @@ RUN_KINDS = {"agent": "agent", "team": "team", "workflow": "workflow", "function
 
 @dataclass
 class StepView:
-    """A workflow step's run or a team member's run, inside its parent's assistant turn."""
+    """A workflow step's run or a team member's run, inside its parent's assistant turn (`run`: the stored
+    row, or a step still running as its start event describes it, chatapp.live.fragments.StreamedRun)."""
 
     run: Run
     tool_calls: list[ToolCallView] = field(default_factory=list)
@@ -200,7 +201,7 @@ class StepView:
 
 @dataclass
 class RunView:
-    """What _run.html shows of a run."""
+    """What _run.html shows of a run (`run`: the stored row, or a run being streamed, as for StepView)."""
 
     run: Run
     user_text: str
@@ -248,9 +249,7 @@ def _children(run: Run) -> list[Run]:
         return []
     children = getattr(run, "shown_children", None)
     if children is None:
-        # A run still in flight is drawn from its start event (no pk): its steps so far are stored rows.
-        runs = run.children.all() if run.pk else Run.objects.filter(parent_run__run_id=run.run_id)
-        children = list(runs.order_by("pk"))
+        children = list(run.children.order_by("pk"))
     return children
 
 
