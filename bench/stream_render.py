@@ -8,10 +8,10 @@ code the server runs per batch, in this process, with Django's in-memory channel
 of the reply with their spaces and newlines, as tests/llm_server.py sends them) arrive every --token-ms on
 a simulated clock; a batch is sent when the path's own rule says it is due:
 
-  now      chatapp.live's rule (CHAT_STREAM_BATCH_SECONDS, and the drawing's share of a core,
+  now      chatapp.live.runner's rule (CHAT_STREAM_BATCH_SECONDS, and the drawing's share of a core,
            CHAT_STREAM_DRAW_SHARE, 0.05 unless set in the environment),
-           chatapp.live._flush (the reply drawn once per batch: its completed blocks once, its open block
-           again), the group send, and each socket's live.Follower.tokens turning the batch into its frame;
+           chatapp.live.runner._flush (the reply drawn once per batch: its completed blocks once, its open
+           block again), the group send, and each socket's live.Follower.tokens turning the batch into its frame;
   before   what the same steps did before the markdown stream (a copy of the old code, below): every
            CHAT_STREAM_BATCH_SECONDS, the new text escaped into an out-of-band fragment per socket;
   whole    (--whole; slow) for scale: the whole reply re-rendered with rendering.render_markdown at each of
@@ -45,7 +45,8 @@ from channels.layers import get_channel_layer  # noqa: E402
 
 from chatapp import live, rendering  # noqa: E402
 from chatapp.broadcast import session_group  # noqa: E402
-from sessions_core.models import ChatSession, Run  # noqa: E402
+from chatapp.live import fragments, runner  # noqa: E402
+from sessions_core.models import ChatSession  # noqa: E402
 from tests.llm_server import _words  # noqa: E402
 
 SECTION = """## Part {n}
@@ -112,24 +113,24 @@ def _due_batches(text: str, batch: float, token: float, rule) -> list[str]:
 async def now(text: str, batch: float, token: float, sockets: int) -> tuple[float, int]:
     layer = get_channel_layer()
     channels, followers, sent = await _sockets(sockets)
-    run = live.LiveRun(run_id="bench-run", run=Run(run_id="bench-run"))
-    live._runners[PK] = live.SessionRunner(PK, None, current=run)
+    run = runner.LiveRun(fragments.StreamedRun("bench-run"))
+    runner._live[PK] = run
     start = time.process_time()
     for number, word in enumerate(_words(text)):
         run.add(word)
         clock = number * token
         if run.flush_wait(batch, clock) <= 0:
-            await live._flush(PK, run)
+            await runner._flush(PK, run)
             run.last_flush = clock  # the simulated clock, not the real one
             for channel, follower in zip(channels, followers):
                 await follower.tokens(await layer.receive(channel))
     sent_before = run.seq
-    await live._flush(PK, run)  # the end: what is left
+    await runner._flush(PK, run)  # the end: what is left
     if run.seq > sent_before:
         for channel, follower in zip(channels, followers):
             await follower.tokens(await layer.receive(channel))
     spent = time.process_time() - start
-    del live._runners[PK]
+    del runner._live[PK]
     await _drop(channels)
     return spent, len(sent[0])
 
@@ -139,7 +140,7 @@ def _old_rule(batch: float):
 
 
 async def before(text: str, batch: float, token: float, sockets: int) -> tuple[float, int]:
-    """The code of the same steps before the markdown stream (chatapp/live.py at the start of this work)."""
+    """The code of the same steps before the markdown stream (chatapp/live.py as it was then)."""
     layer = get_channel_layer()
     channels, _, sent = await _sockets(sockets)
     offsets = [{} for _ in channels]

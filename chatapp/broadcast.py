@@ -3,7 +3,8 @@
 The consumer forwards `chat.html` payloads to the browser as they are (htmx out-of-band swaps), so
 what a view or a run task sends here is what every open tab swaps in. Sync views use
 `broadcast_to_user` / `broadcast_to_session`; async code (the run tasks, titles) uses
-`abroadcast_to_user`, `asend_to_session`, `push_session_row` (as stored) and `push_row` (as in hand).
+`abroadcast_to_user`, `abroadcast_to_session`, `asend_to_session` (a typed event), `push_session_row` (as
+stored) and `push_row` (as in hand).
 """
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -22,11 +23,6 @@ def session_group(session_pk: int) -> str:
     return f"session.{session_pk}"
 
 
-def sync_group(session_pk: int) -> str:
-    """Joined only by the run task that owns a session's live run (catch-up and stop requests)."""
-    return f"session.{session_pk}.sync"
-
-
 def broadcast_to_user(user_id: int, html: str) -> None:
     async_to_sync(get_channel_layer().group_send)(user_group(user_id), {"type": "chat.html", "html": html})
 
@@ -37,6 +33,10 @@ def broadcast_to_session(session_pk: int, html: str) -> None:
 
 async def abroadcast_to_user(user_id: int, html: str) -> None:
     await get_channel_layer().group_send(user_group(user_id), {"type": "chat.html", "html": html})
+
+
+async def abroadcast_to_session(session_pk: int, html: str) -> None:
+    await asend_to_session(session_pk, "chat.html", html=html)
 
 
 async def asend_to_session(session_pk: int, event_type: str, **payload) -> None:

@@ -44,22 +44,19 @@ Outbound frames are HTML for htmx out-of-band swaps, each top-level element carr
     <div hx-swap-oob="innerHTML:#run-status">…</div>                                 a status line
 
 Catch-up
-    If a run of this session is in flight, its fragment with the whole text so far replaces
-    `#run-<run_id>` (the page may hold an older checkpoint), and the later batches it already has
-    are skipped, so nothing is shown twice (batches are numbered; live.py). A run owned by another process is asked for over the
-    `session.<pk>.sync` group ({"type": "chat.sync_request", "reply_channel", "session_pk"}; a stop
-    travels the same way as {"type": "chat.cancel", "run_id", "session_pk"}), which each process's
-    one listener joins for the sessions it is running. Query parameters sent by static/chatapp/live.js on every
-    (re)connect add what a dropped connection missed: `last_run` (the newest run the page shows)
-    brings newer runs, `running` (runs the page shows as running) brings their final form, and
-    `reconnect=1` re-sends the state panel and the queue.
+    If a run of this session is in flight, its fragment replaces `#run-<run_id>` (or is appended when
+    new to the page): with the whole text so far when this process runs it, with the text the engine
+    has stored when another process does. Later batches are applied on top, in order; those the
+    fragment already covers are skipped (chatapp/live/follower.py). Query parameters sent by
+    static/chatapp/live.js on every (re)connect add what a dropped connection missed: `last_run` (the
+    newest run the page shows) brings newer runs, `running` (runs the page shows as running) brings
+    their final form, and `reconnect=1` re-sends the state panel and the queue.
 
 Layer events handled (type -> method): chat.html {html} (forwarded as is), chat.tokens {run_id, seq,
-origin, start, end, keep, html, segments} (a numbered batch; see live.py), chat.run_done {run_id, html},
-chat.sync_reply {run_id, html, text_len, seq, segments} (the answer to this socket's chat.sync_request),
-chat.check_done {run_id} (the socket's note to itself that the run's final form came). The socket's half
-of the catch-up and of the stream (what it has of each reply, gaps, the request to another process,
-watching its lease) is `live.Follower`; this module parses frames and dispatches.
+origin, keep, html, elements} (a numbered batch; chatapp/live/runner.py), chat.run_done {run_id, html},
+chat.check_done {run_id} (the socket's note to itself, to find out whether a run's final form came). The
+socket's half of the catch-up and of the stream (what it has of each reply, gaps, watching the lease of
+a run in another process) is `live.Follower`; this module parses frames and dispatches.
 """
 
 from __future__ import annotations
@@ -249,9 +246,6 @@ class SessionConsumer(AsyncWebsocketConsumer):
 
     async def chat_run_done(self, event):
         await self.follower.run_done(event)
-
-    async def chat_sync_reply(self, event):
-        await self.follower.sync_reply(event)
 
     async def chat_check_done(self, event):
         await self.follower.check_done(event)

@@ -12,12 +12,15 @@ One exception: a reference definition (`[x]: https://...`) can turn earlier text
 that has one is drawn whole from then on (one segment less: the browser is told to keep nothing).
 
 A frame for a browser is (keep, html): keep the reply's first `keep` elements (the completed blocks it
-has), then put `html` (the blocks completed since, then the open block) after them.
+has), then put `html` (the blocks completed since, then the open block) after them. A browser that holds
+the reply of any prefix of the text has that prefix's completed blocks right, so any frame that keeps no
+more elements than those brings it up to date (chatapp/live/follower.py relies on it).
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from django.utils.safestring import SafeString, mark_safe
@@ -69,6 +72,15 @@ class ReplyStream:
             self.elements.append(self.elements[-1] + len(starts) - 1)
             self.stable_chars += _line_offset(rest, tokens[0].map[0])
         self.tail = render_markdown_tokens(tokens, env)
+
+    @property
+    def completed(self) -> int:
+        """Elements of the completed blocks: what a frame may tell a browser to keep."""
+        return self.elements[-1]
+
+    def frame_for(self, kept: int) -> tuple[int, SafeString]:
+        """What a browser whose reply starts with `kept` elements of completed blocks needs."""
+        return self.frame(bisect_right(self.elements, kept) - 1)
 
     def frame(self, since: int = 0) -> tuple[int, SafeString]:
         """What a browser that has the first `since` segments needs: (elements to keep, HTML after them)."""

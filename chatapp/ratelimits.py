@@ -29,7 +29,7 @@ from django_ratelimit.core import get_usage
 from sessions_core.models import Run, RunStatus
 
 from . import dbthreads
-from .models import QueuedMessage
+from .live.queue import waiting_count
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ def _in_flight(user) -> int:
     """The user's messages waiting for their run, and their runs still streaming (with a live lease)."""
     running = Run.objects.filter(session__owner=user, status=RunStatus.RUNNING, parent_run__isnull=True,
                                  session__lease_expires_at__gt=timezone.now())
-    return QueuedMessage.objects.filter(user=user).count() + running.count()
+    return waiting_count(user) + running.count()
 
 
 def message_refusal(user) -> str:

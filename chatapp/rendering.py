@@ -11,7 +11,7 @@ Everything here is synchronous and may read the database: call it from a DB thre
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import nh3
 from django.db.models import Case, Count, OuterRef, Prefetch, Q, Subquery, When, prefetch_related_objects
@@ -112,8 +112,10 @@ def render_markdown(text: str) -> SafeString:
 # --- the transcript ----------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class ToolCallView:
+    """One tool call row: from the run's stored messages, or from the engine's tool events while it runs."""
+
     call_id: str
     name: str
     arguments: str
@@ -172,7 +174,8 @@ RUN_KINDS = {"agent": "agent", "team": "team", "workflow": "workflow", "function
 
 @dataclass
 class StepView:
-    """A workflow step's run or a team member's run, inside its parent's assistant turn."""
+    """A workflow step's run or a team member's run, inside its parent's assistant turn (`run`: the stored
+    row, or a step still running as its start event describes it, chatapp.live.fragments.StreamedRun)."""
 
     run: Run
     tool_calls: list[ToolCallView] = field(default_factory=list)
@@ -198,6 +201,8 @@ class StepView:
 
 @dataclass
 class RunView:
+    """What _run.html shows of a run (`run`: the stored row, or a run being streamed, as for StepView)."""
+
     run: Run
     user_text: str
     tool_calls: list[ToolCallView] = field(default_factory=list)
@@ -244,9 +249,7 @@ def _children(run: Run) -> list[Run]:
         return []
     children = getattr(run, "shown_children", None)
     if children is None:
-        # A run still in flight is drawn from its start event (no pk): its steps so far are stored rows.
-        runs = run.children.all() if run.pk else Run.objects.filter(parent_run__run_id=run.run_id)
-        children = list(runs.order_by("pk"))
+        children = list(run.children.order_by("pk"))
     return children
 
 
@@ -258,8 +261,8 @@ def _tool_calls(messages: list[Message], kind: str) -> list[ToolCallView]:
                 calls[call.get("id", "")] = ToolCallView(
                     call.get("id", ""), call.get("name", ""), _pretty_json(call.get("arguments", "")))
         elif message.role == Role.TOOL:
-            view = calls.setdefault(message.tool_call_id, ToolCallView(message.tool_call_id, message.tool_name, ""))
-            view.result, view.error = message.content, message.tool_error
+            call = calls.get(message.tool_call_id) or ToolCallView(message.tool_call_id, message.tool_name, "")
+            calls[message.tool_call_id] = replace(call, result=message.content, error=message.tool_error)
     return [call for call in calls.values() if not (kind == "team" and call.name == DELEGATE_TOOL)]
 
 
@@ -356,11 +359,19 @@ def render_transcript(session: ChatSession) -> str:
 
 
 def render_run(run: Run, oob: str = "") -> str:
-    return render_to_string("chatapp/_run.html", {"view": run_view(run), "oob": oob})
+    return render_run_view(run_view(run), oob)
+
+
+def render_run_view(view: RunView, oob: str = "") -> str:
+    return render_to_string("chatapp/_run.html", {"view": view, "oob": oob})
 
 
 def render_step(run: Run, oob: str = "", member: bool = False) -> str:
-    return render_to_string("chatapp/_step.html", {"step": step_view(run, member=member), "oob": oob})
+    return render_step_view(step_view(run, member=member), oob)
+
+
+def render_step_view(view: StepView, oob: str = "") -> str:
+    return render_to_string("chatapp/_step.html", {"step": view, "oob": oob})
 
 
 def render_tool_call(run_id: str, call: ToolCallView, oob: str = "") -> str:

@@ -177,8 +177,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Messages a socket's channel holds before the layer drops its oldest (the in-memory layer drops new ones;
-# both without a word; Channels' default is 100). A streamed reply never loses text to it (chatapp/live.py
-# coalesces and resynchronises), but a socket that far behind would lose the other updates: this bounds how
+# both without a word; Channels' default is 100). A streamed reply never loses text to it (chatapp/live/
+# coalesces and redraws), but a socket that far behind would lose the other updates: this bounds how
 # far behind a socket may fall, and the memory a stalled one holds (a message is one batch of a reply, or a
 # fragment).
 CHAT_CHANNEL_CAPACITY = _number("CHAT_CHANNEL_CAPACITY", 1000, int, minimum=10)
@@ -280,7 +280,7 @@ LOGGING = {
     "loggers": {"sessions_core": {"handlers": ["console"], "level": _log_level("LOG_LEVEL", "WARNING")}},
 }
 
-# Live replies over the websocket (chatapp/live.py).
+# Live replies over the websocket (chatapp/live/).
 # Streamed text is sent to the browser in batches at most this often (seconds).
 CHAT_STREAM_BATCH_SECONDS = _number("CHAT_STREAM_BATCH_SECONDS", 0.03)
 # The share of a core a streaming reply's drawing (markdown, chatapp/markdown_stream.py) may take: a batch
@@ -292,14 +292,9 @@ CHAT_DB_THREADS = _number("CHAT_DB_THREADS", 4, int)
 # Generated titles: attempts, and the first pause between them (doubled after each failure).
 CHAT_TITLE_ATTEMPTS = _number("CHAT_TITLE_ATTEMPTS", 3, int, minimum=1)
 CHAT_TITLE_RETRY_SECONDS = _number("CHAT_TITLE_RETRY_SECONDS", 1.0)
-# Stop: how long a run may take to notice the stop flag before the task reading its stream is cancelled.
-CHAT_STOP_GRACE_SECONDS = _number("CHAT_STOP_GRACE_SECONDS", 0.25)
 # A page watching another process's run: how long after the run's lease expired (its process stopped
 # renewing it) the run is shown as interrupted.
 CHAT_LEASE_GRACE_SECONDS = 1.0
-# A page catching up with a run of another process (a reload landing on another worker): how long the
-# batches that arrive are held for that process's answer (a later answer is still shown).
-CHAT_SYNC_WAIT_SECONDS = 3.0
 # The largest chat export (JSON) a user may import, in bytes.
 CHAT_IMPORT_MAX_BYTES = _number("CHAT_IMPORT_MAX_BYTES", 20_000_000, int, minimum=1)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from html.parser import HTMLParser
 
 import pytest
@@ -16,6 +17,9 @@ from django.test import Client
 from chatapp import live
 from chatapp.asgi import application
 from chatapp.assistants import reset_assistants
+from chatapp.broadcast import asend_to_session
+from chatapp.live import fragments, runner
+from sessions_core.models import Run
 from tests.llm_server import summary_responder
 
 ORIGIN = (b"origin", b"http://localhost")
@@ -161,6 +165,37 @@ async def layer_listener(group: str) -> str:
     channel = await layer.new_channel()
     await layer.group_add(group, channel)
     return channel
+
+
+class AnotherProcess:
+    """A run streaming in another server process, as this process's sockets see it: its token batches on
+    the session's group, made as that process's runner makes them, and its text in the database, stored
+    when the test says (as the engine checkpoints it)."""
+
+    def __init__(self, session_pk: int, run_id: str):
+        self.session_pk, self.run_id = session_pk, run_id
+        self.live = runner.LiveRun(fragments.StreamedRun(run_id))
+
+    def write(self, text: str) -> dict:
+        """The model writes `text`: the batch that process sends for it."""
+        self.live.add(text)
+        return {**self.live.next_batch(), "origin": "another-process"}
+
+    async def send(self, batch: dict) -> None:
+        await asend_to_session(self.session_pk, "chat.tokens", **batch)
+
+    async def checkpoint(self) -> None:
+        await Run.objects.filter(run_id=self.run_id).aupdate(content=self.live.text)
+
+
+def stored_text(run_id: str, timeout: float = 10) -> str:
+    """The run's text once the engine has stored some of it (it checkpoints a streaming run's text about
+    once a second)."""
+    deadline = time.monotonic() + timeout
+    while not (text := Run.objects.filter(run_id=run_id).values_list("content", flat=True).first()):
+        assert time.monotonic() < deadline, "the engine stored none of the run's text"
+        time.sleep(0.05)  # polling the database: there is no event to wait on
+    return text
 
 
 async def settle():

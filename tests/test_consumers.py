@@ -18,13 +18,14 @@ from django.utils import timezone
 
 from chatapp import live, rendering
 from chatapp.asgi import application
-from chatapp.broadcast import session_group, sync_group
+from chatapp.broadcast import asend_to_session, session_group, user_group
 from chatapp.models import QueuedMessage
 from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus
 from chatapp.rendering import render_markdown
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import (
     ORIGIN,
+    AnotherProcess,
     LiveTestMixin,
     frames_until,
     layer_listener,
@@ -371,9 +372,9 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         assert f'id="run-{run_id}"' in catch_up and 'hx-swap-oob="true"' in catch_up
         assert reply_in(catch_up, run_id) == "<p>alpha</p>\n"
         # A batch the socket already has (as a slower process might still deliver it) is dropped.
-        await live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=run_id, seq=1, origin="elsewhere",
-                                    keep=0, html="<p>alpha</p>", segments=0)
-        await live.asend_to_session(self.shopping.pk, "chat.html", html="<i>after the stale batch</i>")
+        await asend_to_session(self.shopping.pk, "chat.tokens", run_id=run_id, seq=1, origin="elsewhere",
+                               keep=0, html="<p>alpha</p>", elements=0)
+        await asend_to_session(self.shopping.pk, "chat.html", html="<i>after the stale batch</i>")
         assert await second.receive_from(timeout=5) == "<i>after the stale batch</i>"
         hold.set()
         frames = await frames_until(second, run_done())
@@ -542,110 +543,92 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         assert "After the rename" in frames[-1] and 'hx-swap-oob="true"' in frames[-1]
         await tab.disconnect()
 
-    async def test_another_process_can_ask_the_run_owner_for_the_text_so_far(self):
-        hold = threading.Event()
+    async def test_a_stop_asked_in_another_process_reaches_the_run_through_the_database(self):
+        hold = threading.Event()  # never set: the model's stream stalls after its first word
         self.llm.add(Text("one two three", wait_event=hold))
         socket = await self.socket(self.shopping.session_id, self.alice)
         await self.send(socket, "count")
-        frames = await frames_until(socket, is_stream_frame)
-        run_id = started_run_id(frames)
-        layer = get_channel_layer()
-        reply_to = await layer.new_channel()
-        await layer.group_send(sync_group(self.shopping.pk), {"type": "chat.sync_request", "reply_channel": reply_to,
-                                                              "session_pk": self.shopping.pk})
-        answer = await layer.receive(reply_to)
-        assert answer["type"] == "chat.sync_reply" and answer["run_id"] == run_id
-        assert answer["text_len"] == len("one ") and reply_in(answer["html"], run_id) == "<p>one</p>\n"
-        assert (answer["seq"], answer["segments"]) == (1, 0)  # what that page has of the stream
-        # A stop asked through the same group (as another process does) stops the run here.
-        await layer.group_send(sync_group(self.shopping.pk), {"type": "chat.cancel", "run_id": run_id,
-                                                              "session_pk": self.shopping.pk})
-        await frames_until(socket, run_done("cancelled"))
+        run_id = started_run_id(await frames_until(socket, is_stream_frame))
+        # What Stop in a tab of another process does here: the engine's flag on the run's row, which the
+        # run hears at its next heartbeat and stops the stalled stream for.
+        await Run.objects.filter(run_id=run_id).aupdate(cancel_requested=True)
+        await frames_until(socket, run_done("cancelled", run_id))
         await settle()
+        assert (await Run.objects.aget(run_id=run_id)).content == "one "
+        assert await sync_to_async(self.llm.wait_for_disconnects)(1, 5)  # the provider stream was closed
         await socket.disconnect()
 
-    async def run_elsewhere(self, checkpoint: str) -> tuple[Run, str]:
-        """A run that another process is streaming: running in the database, leased, not in this process;
-        and a channel standing in for the owning process's run task (in the session's sync group)."""
+    async def run_elsewhere(self, checkpoint: str) -> Run:
+        """A run that another process is streaming: running in the database with the text it has stored,
+        its session leased, not in this process."""
         running = await sync_to_async(make_run)(self.shopping, "remote question", None, status=RunStatus.RUNNING)
         await Run.objects.filter(pk=running.pk).aupdate(content=checkpoint, finished_at=None)
         await ChatSession.objects.filter(pk=self.shopping.pk).aupdate(
             lease_token="other", lease_expires_at=timezone.now() + timedelta(seconds=30))
-        owner = await get_channel_layer().new_channel()
-        await get_channel_layer().group_add(sync_group(self.shopping.pk), owner)
-        return running, owner
+        return running
 
-    async def test_a_socket_asks_the_owning_process_when_the_run_is_not_here(self):
-        running, owner = await self.run_elsewhere("Partial from the checkpoint")
-        layer = get_channel_layer()
-        socket = await self.socket(self.shopping.session_id, self.alice)
-        request = await layer.receive(owner)
-        assert request["type"] == "chat.sync_request"
-        # Batches arriving before the answer are held, then those the answer covers are skipped.
-        for seq, html in enumerate(["<p>Partial</p>", "<p>Partial from the process</p>",
-                                    "<p>Partial from the process and more</p>"], start=1):
-            await live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=running.run_id, seq=seq,
-                                        origin="elsewhere", keep=0, html=html, segments=0)
-        await layer.send(request["reply_channel"], {
-            "type": "chat.sync_reply", "run_id": running.run_id, "text_len": len("Partial from the process"),
-            "html": f'<article id="run-{running.run_id}" hx-swap-oob="true">Partial from the process</article>',
-            "seq": 2, "segments": 0,
-        })
-        frames = await frames_until(socket, is_stream_frame)
-        assert "Partial from the process" in frames[0]
-        assert len(frames) == 2 and streamed_html(frames, running.run_id) == "<p>Partial from the process and more</p>"
-        await socket.disconnect()
+    async def test_a_reconnect_after_lost_frames_catches_up_from_the_stored_text_without_asking_anyone(self):
+        await get_channel_layer().flush()  # no group left from an earlier test
+        running = await self.run_elsewhere("")
+        other = AnotherProcess(self.shopping.pk, running.run_id)
+        # Before the page reconnects: the reply so far, its batches sent while the page was away (lost
+        # to it) and its text stored by the engine.
+        other.write("## Title\n\n")
+        other.write("alpha")
+        await other.checkpoint()
+        query = f"last_run={running.run_id}&running={running.run_id}&reconnect=1"
+        socket = await self.socket(self.shopping.session_id, self.alice, query=query)
+        frames = await frames_until(socket, lambda f: f'id="run-{running.run_id}"' in f)
+        caught_up = reply_in(frames[-1], running.run_id)
+        assert 'data-status="running"' in frames[-1] and caught_up == render_markdown("## Title\n\nalpha")
 
+        async def shown(batch: dict) -> str:
+            await other.send(batch)
+            return await socket.receive_from(timeout=5)
 
-    @override_settings(CHAT_SYNC_WAIT_SECONDS=0)
-    async def test_an_answer_that_comes_after_the_socket_stopped_waiting_is_still_shown(self):
-        """A busy owner answers after the wait: a run that streams nothing meanwhile (held here, as a
-        long tool call holds it) is shown from that answer, not left off the page until it ends."""
-        running, owner = await self.run_elsewhere("")
-        layer = get_channel_layer()
-        socket = await self.socket(self.shopping.session_id, self.alice)
-        request = await layer.receive(owner)
-        answer = {"type": "chat.sync_reply", "run_id": running.run_id, "text_len": 9, "seq": 2, "segments": 0,
-                  "html": f'<article id="run-{running.run_id}" hx-swap-oob="true">Late text</article>'}
-        await layer.send(request["reply_channel"], answer)
-        assert "Late text" in await socket.receive_from(timeout=5)
-        # The same answer again (or an older one) is nothing new for the page: not sent twice.
-        await layer.send(request["reply_channel"], answer)
-        await live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=running.run_id, seq=3,
-                                    origin="elsewhere", keep=0, html="<p>Late text and more</p>", segments=0)
-        frames = await frames_until(socket, is_stream_frame)
-        assert len(frames) == 1 and streamed_html(frames, running.run_id) == "<p>Late text and more</p>"
-        await socket.disconnect()
-
-
-    async def test_a_gap_in_another_processs_batches_is_filled_from_that_process(self):
-        running, owner = await self.run_elsewhere("")
-        layer = get_channel_layer()
-        socket = await self.socket(self.shopping.session_id, self.alice)
-        first_ask = await layer.receive(owner)
-        await layer.send(first_ask["reply_channel"], {
-            "type": "chat.sync_reply", "run_id": running.run_id, "text_len": 0, "seq": 0, "segments": 0,
-            "html": f'<article id="run-{running.run_id}" hx-swap-oob="true"><div><div id="reply-{running.run_id}">'
-                    "</div></div></article>"})
-        await socket.receive_from(timeout=5)
-
-        def batch(seq, keep, html, segments):
-            return live.asend_to_session(self.shopping.pk, "chat.tokens", run_id=running.run_id, seq=seq,
-                                         origin="elsewhere", keep=keep, html=html, segments=segments)
-
-        await batch(1, 0, "<h2>Title</h2>\n<p>one</p>\n", 1)  # in order: applied as it is
-        frames = [await socket.receive_from(timeout=5)]
-        await batch(3, 2, "<p>one two three</p>\n", 1)  # batch 2 was dropped on the way: the owner is asked
-        ask = await layer.receive(owner)
-        assert ask["type"] == "chat.sync_request" and ask["reply_channel"] == first_ask["reply_channel"]
-        await batch(4, 1, "<p>one two three four</p>\n", 1)  # held until the answer
-        await layer.send(ask["reply_channel"], {
-            "type": "chat.sync_reply", "run_id": running.run_id, "text_len": 20, "seq": 3, "segments": 1,
-            "html": f'<article id="run-{running.run_id}" hx-swap-oob="true"><div><div id="reply-{running.run_id}">'
-                    "<h2>Title</h2>\n<p>one two three</p>\n</div></div></article>"})
+        frames = [await shown(other.write(" beta")), await shown(other.write("\n\ngamma"))]  # in order
+        assert all(map(is_stream_frame, frames))
+        other.write(" delta\n\nepsilon")  # a block completed in a batch the layer dropped...
+        await other.checkpoint()  # ...whose text the engine has stored since
+        await other.send(other.write(" zeta"))  # this batch keeps that block: the page is drawn from the database
         frames += await frames_until(socket, is_stream_frame)
-        assert len(frames) == 3  # batch 1, the owner's answer, batch 4 (3 was in the answer)
-        assert streamed_html(frames, running.run_id) == "<h2>Title</h2>\n<p>one two three four</p>\n"
+        assert not is_stream_frame(frames[2]) and 'data-status="running"' in frames[2]
+        frames.append(await shown(other.write("\n\neta")))  # and the batches after it apply in order
+        text = other.live.text
+        assert streamed_html(frames, running.run_id, caught_up) == render_markdown(text)
+        assert len(frames) == 5 and await socket.receive_nothing(timeout=0.2)
+        # No process was asked for anything: the only groups are the session's and the user's.
+        groups = {name for name, members in get_channel_layer().groups.items() if members}
+        assert groups == {session_group(self.shopping.pk), user_group(self.alice.pk)}
+        await socket.disconnect()
+
+    async def test_stored_text_older_than_the_page_is_not_shown(self):
+        running = await self.run_elsewhere("")
+        other = AnotherProcess(self.shopping.pk, running.run_id)
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        assert reply_in(await socket.receive_from(timeout=5), running.run_id) == ""  # nothing stored yet
+        frames = []
+        for words in ("one", "\n\ntwo", "\n\nthree"):
+            await other.send(other.write(words))
+            frames.append(await socket.receive_from(timeout=5))
+        other.write("\n\nfour")  # dropped on the way, and not stored yet
+        await other.send(other.write(" and more"))
+        assert await socket.receive_nothing(timeout=0.2)  # the stored text (none) is not drawn over the page's
+        assert streamed_html(frames, running.run_id) == render_markdown("one\n\ntwo\n\nthree")
+        await socket.disconnect()
+
+    async def test_a_run_of_another_process_that_ended_meanwhile_is_shown_as_stored(self):
+        running = await self.run_elsewhere("Half")
+        other = AnotherProcess(self.shopping.pk, running.run_id)
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        assert reply_in(await socket.receive_from(timeout=5), running.run_id) == "<p>Half</p>\n"
+        other.write("Half\n\nway")
+        await Run.objects.filter(pk=running.pk).aupdate(status=RunStatus.COMPLETED, content="Half\n\nway there.")
+        await other.send(other.write(" there."))  # its final form was dropped: this batch finds the run ended
+        frame = await socket.receive_from(timeout=5)
+        assert run_done("completed", running.run_id)(frame) and "way there." in frame
+        await other.send(other.write(" Late."))  # stale now
+        assert await socket.receive_nothing(timeout=0.2)
         await socket.disconnect()
 
 
@@ -680,15 +663,18 @@ class TestAbandonedRuns(LiveTestMixin, TransactionTestCase):
         await socket.disconnect()
 
     async def watch(self):
-        """A page showing the run, connected while another process holds its lease for 0.3 s more."""
+        """A page showing the run, connected while another process holds its lease for 0.3 s more: it is
+        sent the run as stored."""
         await sync_to_async(self.lease_ends_in)(0.3)
-        return await self.socket(self.session.session_id, self.alice,
-                                 query=f"last_run={self.run.run_id}&running={self.run.run_id}")
+        socket = await self.socket(self.session.session_id, self.alice,
+                                   query=f"last_run={self.run.run_id}&running={self.run.run_id}")
+        caught_up = await socket.receive_from(timeout=5)
+        assert 'data-status="running"' in caught_up and "Half a rep" in caught_up
+        return socket
 
     @override_settings(CHAT_LEASE_GRACE_SECONDS=0.05)
     async def test_a_page_watching_it_sees_it_interrupted_when_its_lease_runs_out(self):
-        socket = await self.watch()
-        # Nobody answers the catch-up request the socket sends: that process is gone.
+        socket = await self.watch()  # that process is gone
         frames = await frames_until(socket, run_done("interrupted", self.run.run_id))
         assert "The reply was interrupted." in frames[-1]
         await self.interrupted()

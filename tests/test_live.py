@@ -17,11 +17,12 @@ from django.utils.safestring import SafeString
 
 from chatapp import live, rendering, titles
 from chatapp.broadcast import session_group, user_group
+from chatapp.live import fragments, runner
 from chatapp.models import QueuedMessage
 from sessions_core.events import RunStartedEvent
 from sessions_core.models import ChatSession, NameSource, Run, RunStatus
 from tests.factories import make_run, make_session, make_user
-from tests.live_support import LiveTestMixin, layer_listener, settle
+from tests.live_support import LiveTestMixin, TopLevel, apply_frame, layer_listener, settle
 from tests.llm_server import Error, Text
 
 
@@ -55,7 +56,7 @@ class TestFragments(SimpleTestCase):
         assert rendering.render_delete("li", "queued-q1") == '<li id="queued-q1" hx-swap-oob="delete"></li>'
 
     def test_a_batch_waits_for_the_batch_time_or_the_drawings_share_whichever_is_longer(self):
-        run = live.LiveRun(run_id="r1", run=Run(run_id="r1"))
+        run = runner.LiveRun(fragments.StreamedRun("r1"))
         assert run.flush_wait(0.03, now=100.0) < 0  # the first text goes at once
         run.last_flush, run.pace = 100.0, 0.01  # a paragraph's drawing: the batch time rules
         assert run.flush_wait(0.03, now=100.0) == pytest.approx(0.03)
@@ -109,23 +110,36 @@ class LiveTaskTests(LiveTestMixin, TransactionTestCase):
         items = [await live.submit(session, self.alice, text) for text in ("one", "two", "three")]
         return session, channel, hold, items
 
+    async def batches(self, reply: Text) -> list[dict]:
+        """The token batches the session's group receives while the model writes `reply`."""
+        self.llm.add(reply)
+        channel = await self.listen(session_group(self.session.pk))
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        await live.submit(session, self.alice, "a message")
+        batches = [m for m in await self.collect_until_done(channel) if m["type"] == "chat.tokens"]
+        await settle()
+        return batches
 
 
 class TestRunTasks(LiveTaskTests):
     async def test_the_first_batch_goes_at_once_and_later_ones_are_batched(self):
         words = " ".join(f"word{n}" for n in range(30))
-        self.llm.add(Text(words, chunk_delay=0.005))
-        channel = await self.listen(session_group(self.session.pk))
-        session = await ChatSession.objects.aget(pk=self.session.pk)
-        await live.submit(session, self.alice, "say thirty words")
-        messages = await self.collect_until_done(channel)
-        batches = [m for m in messages if m["type"] == "chat.tokens"]
-        assert batches[0]["end"] == len("word0 ") and batches[0]["html"] == "<p>word0</p>\n"  # no waiting
+        batches = await self.batches(Text(words, chunk_delay=0.005))
+        assert (batches[0]["keep"], batches[0]["html"]) == (0, "<p>word0</p>\n")  # no waiting
         assert [b["seq"] for b in batches] == list(range(1, len(batches) + 1))  # numbered, none missing
-        assert [b["start"] for b in batches] == [0] + [b["end"] for b in batches[:-1]]
-        assert batches[-1]["end"] == len(words) and batches[-1]["html"] == rendering.render_markdown(words)
+        assert batches[-1]["html"] == rendering.render_markdown(words)
         assert len(batches) < 30
-        await settle()
+
+    async def test_batches_applied_in_order_draw_the_whole_reply(self):
+        text = "".join(f"## Part {n}\n\nSome *text* of part {n}.\n\n" for n in range(6))
+        batches = await self.batches(Text(text, chunk_delay=0.002))
+        reply, completed = [], 0
+        for batch in batches:
+            assert batch["keep"] <= completed  # each keeps no more than the completed blocks before it
+            reply, completed = apply_frame(reply, batch["keep"], batch["html"]), batch["elements"]
+            assert completed <= len(reply)
+        assert "".join(reply) == rendering.render_markdown(text)
+        assert completed == len(TopLevel(rendering.render_markdown(text)).parts) - 1  # all but the open block
 
     async def test_three_messages_run_in_the_order_sent(self):
         session, channel, hold, (first, second, third) = await self.send_three_while_the_first_is_held()
@@ -326,7 +340,7 @@ class TestStoredQueue(LiveTaskTests):
 
 @pytest.mark.django_db
 def test_a_started_run_comes_from_its_event_when_the_event_carries_the_input(django_assert_num_queries):
-    """The RunStarted fragment is the stored run's; an event with the run's input and created_at makes it
+    """The RunStarted fragment is the stored run's, made from the event (which carries the run's input)
     without reading the row back."""
     session = make_session(make_user("carol"))
     run = make_run(session, user_text="add <milk> & eggs", reply=None, status=RunStatus.RUNNING)
@@ -336,6 +350,6 @@ def test_a_started_run_comes_from_its_event_when_the_event_carries_the_input(dja
     carrying = RunStartedEvent(run_id=run.run_id, session_id=session.session_id, input=run.input,
                                created_at=run.created_at.timestamp())  # what the engine sends
     with django_assert_num_queries(0):
-        started = live.started_run(session, carrying)
-        assert rendering.render_run(started) == from_db
-    assert started.created_at == run.created_at and "add &lt;milk&gt; &amp; eggs" in from_db
+        started = fragments.started_html(fragments.started_run(carrying))
+    assert started == rendering.render_oob(from_db, "beforeend:#transcript")
+    assert "add &lt;milk&gt; &amp; eggs" in from_db

@@ -10,6 +10,7 @@ from django.test import TransactionTestCase
 from django.utils import timezone
 
 from chatapp import live
+from chatapp.live import queue
 from chatapp.models import QueuedMessage
 from sessions_core.run import registry as run_registry
 from sessions_core.models import ChatSession, Run
@@ -38,8 +39,8 @@ class TestAnotherProcessHoldsTheSession(LiveTestMixin, TransactionTestCase):
         item = await live.submit(session, self.alice, "hello")
         assert item.shown_queued
         # Its turn has come, and something of this process waits for the lease.
-        runner = live._runners[session.pk]
-        await until(lambda: runner.starting is item and run_registry._lease_waiters.get(session.pk))
+        waiting = queue._queues[session.pk]
+        await until(lambda: waiting.starting is item and run_registry._lease_waiters.get(session.pk))
         assert await QueuedMessage.objects.filter(queued_id=item.queued_id).aexists()  # still stored
         assert await live.stop(session, queued_id=item.queued_id)  # as a tab of any process drops it
         await ChatSession.objects.filter(pk=session.pk).aupdate(lease_token="", lease_expires_at=None)

@@ -18,7 +18,7 @@ from django.test import Client
 from chatapp.rendering import render_markdown
 from tests.e2e.conftest import _free_port, _test_database_url, redis_url  # noqa: F401  (a fixture)
 from tests.factories import make_session, make_user
-from tests.live_support import is_stream_frame, reply_in, streamed_html
+from tests.live_support import is_stream_frame, reply_in, stored_text, streamed_html
 from tests.llm_server import Text, background_responder
 from tests.serve_support import HTTPS, Server, WebSocket, finished, logged_in_socket, production_env, receive_until
 
@@ -202,9 +202,9 @@ def test_more_than_one_worker_needs_redis_and_a_count_is_a_whole_number():
 @pytest.mark.django_db(transaction=True)
 def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, settings):
     """Two tabs of one chat on different workers: a run started in one streams to both, a tab that
-    reconnects mid-reply on the other worker gets the text so far from the run's worker and the rest
-    live, a message queued on the other worker can be dropped from the run's, and Stop pressed in the
-    other worker's tab stops the run where it runs."""
+    reconnects mid-reply on the other worker gets the text the engine has stored and the rest live, a
+    message queued on the other worker can be dropped from the run's, and Stop pressed in the other
+    worker's tab stops the run where it runs."""
     server = served_by_two
     llm_server.side_responder = background_responder
     alice = make_user("alice")
@@ -216,8 +216,8 @@ def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, s
     sockets = [here, there]
     try:
         # A run started on one worker streams to the tab on the other.
-        hold = threading.Event()
-        llm_server.add(Text("alpha beta gamma delta epsilon", wait_event=hold))
+        hold = threading.Event()  # the reply is held after its third word, written over more than a second
+        llm_server.add(Text("alpha beta gamma delta epsilon", chunk_delay=0.4, hold_after=3, wait_event=hold))
         here.send(json.dumps({"type": "send", "text": "greek letters"}))
         first = receive_until(here, is_stream_frame)
         run_id = re.search(r'data-stream-run="([\w-]+)"', first[-1]).group(1)
@@ -225,12 +225,16 @@ def test_two_workers_on_one_port_share_a_users_runs(served_by_two, llm_server, s
         seen_there = receive_until(there, lambda frame: f'data-stream-run="{run_id}"' in frame)
         assert "alpha" in seen_there[-1]
 
-        # A reload mid-reply, landing on the worker that does not run it, resumes it.
+        # A reload mid-reply, landing on the worker that does not run it, resumes it from the text the
+        # engine has stored (some of the three words written so far).
+        assert stored_text(run_id).startswith("alpha")
         query = f"?last_run={run_id}&running={run_id}&reconnect=1"
         reloaded, pid = socket_on_worker(server, lambda: connect(query), lambda pid: pid == other)
         sockets.append(reloaded)
         caught_up = receive_until(reloaded, lambda frame: f'id="run-{run_id}"' in frame)
-        assert 'data-status="running"' in caught_up[-1] and "alpha" in caught_up[-1]
+        assert 'data-status="running"' in caught_up[-1]
+        assert reply_in(caught_up[-1], run_id) in {render_markdown(text) for text in ("alpha", "alpha beta",
+                                                                                       "alpha beta gamma")}
         hold.set()
         for ws in (here, there, reloaded):
             done = receive_until(ws, finished("completed"))

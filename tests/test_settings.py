@@ -10,7 +10,7 @@ SETTINGS = Path(__file__).resolve().parent.parent / "chatapp" / "settings.py"
 VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "OPENAI_TIMEOUT",
              "OPENAI_MAX_RETRIES", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "CHAT_MAX_MESSAGE_CHARS",
              "CHAT_TITLE_ATTEMPTS", "CHAT_TITLE_RETRY_SECONDS", "CHAT_STREAM_BATCH_SECONDS", "CHAT_CHANNEL_CAPACITY",
-             "CHAT_STREAM_DRAW_SHARE", "CHAT_STOP_GRACE_SECONDS",
+             "CHAT_STREAM_DRAW_SHARE",
              "CHAT_IMPORT_MAX_BYTES", "OFFLINE_MODEL_DELAY", "TIME_ZONE", "LOG_LEVEL", "CHAT_MAX_JSON_DEPTH",
              "CHAT_MAX_JSON_BYTES", "CHAT_MAX_STATE_BYTES", "CHAT_TOOL_TIMEOUT_SECONDS", "CHAT_MESSAGES_PER_MINUTE",
              "CHAT_RUNS_IN_FLIGHT", "CHAT_NEW_CHATS_PER_MINUTE", "CHAT_IMPORTS_PER_HOUR",
@@ -107,7 +107,6 @@ def test_bad_values_stop_the_start_with_a_message_naming_the_variable(monkeypatc
     ("OPENAI_MAX_RETRIES", "-1"),
     ("OPENAI_TIMEOUT", "-5"),
     ("OPENAI_TIMEOUT", "inf"),
-    ("CHAT_STOP_GRACE_SECONDS", "-1"),
     ("CHAT_STREAM_BATCH_SECONDS", "fast"),
     ("CHAT_TITLE_ATTEMPTS", "three"),
     ("CHAT_TITLE_RETRY_SECONDS", "-2"),
@@ -135,10 +134,10 @@ def test_debug_takes_the_usual_true_and_false_words(monkeypatch, value, expected
 
 def test_good_values_are_read(monkeypatch):
     settings = load(monkeypatch, TIME_ZONE="Europe/Paris", LOG_LEVEL="info", OPENAI_MAX_RETRIES="0",
-                    OFFLINE_MODEL_DELAY="0", CHAT_STOP_GRACE_SECONDS="0.5", CHAT_IMPORT_MAX_BYTES="1000")
+                    OFFLINE_MODEL_DELAY="0", CHAT_TITLE_RETRY_SECONDS="0.5", CHAT_IMPORT_MAX_BYTES="1000")
     assert (settings.TIME_ZONE, settings.LOGGING["loggers"]["sessions_core"]["level"]) == ("Europe/Paris", "INFO")
     assert (settings.OPENAI_MAX_RETRIES, settings.OFFLINE_MODEL_DELAY) == (0, 0.0)
-    assert (settings.CHAT_STOP_GRACE_SECONDS, settings.CHAT_IMPORT_MAX_BYTES) == (0.5, 1000)
+    assert (settings.CHAT_TITLE_RETRY_SECONDS, settings.CHAT_IMPORT_MAX_BYTES) == (0.5, 1000)
 
 
 def test_a_database_url_that_is_not_a_url_is_refused(monkeypatch):

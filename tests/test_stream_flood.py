@@ -31,6 +31,7 @@ from tests.factories import make_session, make_user
 from tests.live_support import (
     ORIGIN,
     LiveTestMixin,
+    apply_frame,
     frames_until,
     is_stream_frame,
     run_done,
@@ -116,7 +117,14 @@ class FloodChecks(LiveTestMixin):
         watcher, socket = await self.watch(), await self.slow_socket()
         SlowSocket.gate.clear()  # from now on the socket reads nothing
         await socket.send_to(text_data=json.dumps({"type": "send", "text": "a long one"}))
-        seen = await self.batches_until(watcher, lambda m: m["type"] == "chat.tokens" and m["end"] == len(REPLY))
+        drawn: list[str] = []  # the reply as the watcher's batches draw it
+
+        def whole(message: dict) -> bool:
+            if message["type"] == "chat.tokens":
+                drawn[:] = apply_frame(drawn, message["keep"], message["html"])
+            return "".join(drawn) == render_markdown(REPLY)
+
+        seen = await self.batches_until(watcher, whole)
         batches = [m for m in seen if m["type"] == "chat.tokens"]
         assert len(batches) > 2 * CAPACITY  # far more than the socket's channel holds: the layer dropped some
         run_id = batches[0]["run_id"]

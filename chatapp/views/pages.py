@@ -18,7 +18,7 @@ from .. import rendering
 from ..assistants import ASSISTANTS, DEFAULT_ASSISTANT, get_assistant
 from ..broadcast import broadcast_to_user
 from ..forms import FirstMessageForm
-from ..models import QueuedMessage
+from ..live.queue import store_first_message
 from ..ratelimits import NEW_CHATS, by_user, message_refusal, over_limit, refusal
 from ..sidebar import sidebar_page, trashed_sessions
 from ..titles import fallback_title
@@ -61,7 +61,7 @@ def _start_chat(user, assistant_id: str, text: str) -> ChatSession:
                                           metadata=assistant.metadata, name=fallback_title(text),
                                           name_source=NameSource.FALLBACK)
         session.apply_state_change(assistant.session_state, "defaults")
-        QueuedMessage.objects.create(session=session, user=user, text=text)
+        store_first_message(session, user, text)
     return session
 
 

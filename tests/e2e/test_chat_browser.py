@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 from sessions_core.models import ChatSession, RunStatus
 from tests.e2e.conftest import Daphne, _server_env, log_in
 from tests.factories import make_run, make_session, make_user
+from tests.live_support import stored_text
 from tests.llm_server import Error, Text, ToolCalls, summary_responder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -299,24 +300,29 @@ def test_a_tab_on_another_server_process_catches_up_and_stops_the_run(context, d
     first, second = daphne_pair
     alice = make_user("alice")
     session = make_session(alice, component_id="general", name="Two processes", name_source="user")
-    hold = threading.Event()
-    llm_server.add(Text("alpha beta gamma delta", wait_event=hold))
+    # Three words over more than a second (the engine stores the text so far about once a second), then
+    # held; two more once `hold` is set, and held again before the end.
+    hold, end = threading.Event(), threading.Event()
+    llm_server.add(Text("alpha beta gamma delta epsilon", chunk_delay=0.4, hold_after=3, wait_event=hold,
+                        end_event=end))
     log_in(context, first.url, alice)  # cookies ignore the port: one login serves both servers
     here, there = context.new_page(), context.new_page()
     open_chat(here, first, session)
     send(here, "greek letters")
-    expect(last_run(here).locator(".reply")).to_have_text(re.compile(r"^alpha\s*$"))
-    assert session.runs.get().content == ""  # not checkpointed yet: only the first process has the text
+    expect(last_run(here).locator(".reply")).to_have_text(re.compile(r"^alpha beta gamma\s*$"))
+    assert stored_text(session.runs.get().run_id).startswith("alpha")
 
     open_chat(there, second, session)
     run = last_run(there)
     expect(run).to_have_attribute("data-status", "running")
-    expect(run.locator(".reply")).to_have_text(re.compile(r"^alpha\s*$"))  # asked of the first process
-    there.locator("#stop-button").click()  # the stop travels to the process that owns the run
+    expect(run.locator(".reply")).to_have_text(re.compile(r"^alpha\b"))  # the text the first process stored
+    hold.set()  # the rest reaches this tab from the other process's batches
+    expect(run.locator(".reply")).to_have_text(re.compile(r"^alpha beta gamma delta epsilon\s*$"))
+    there.locator("#stop-button").click()  # the engine stops the run where it runs
     expect(run).to_have_attribute("data-status", "cancelled")
     expect(last_run(here)).to_have_attribute("data-status", "cancelled")
     assert llm_server.wait_for_disconnects(1, 5)
-    hold.set()
+    end.set()
 
 
 def test_a_server_crash_mid_reply_shows_it_interrupted_and_loses_no_queued_message(page, django_db_setup, llm_server):

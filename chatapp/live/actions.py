@@ -1,0 +1,71 @@
+"""What a socket asks of a session's runs besides a new message (chatapp/live/queue.py `submit`): retry a
+reply, a new version of it (regenerated, or its message edited), show another version, stop."""
+
+from __future__ import annotations
+
+from asgiref.sync import sync_to_async
+
+from sessions_core.branches import RunNotFoundError, SessionBusyError
+from sessions_core.component import Component
+from sessions_core.models import ChatSession, Run, RunStatus
+
+from .. import assistants
+from ..broadcast import abroadcast_to_session
+from . import fragments, leases, queue, runner
+
+
+async def regenerate(session: ChatSession, user, run_id: str, text: str | None = None) -> queue.Pending | None:
+    """A new version of one of the session's replies: its input again (or `text`, edited), from the state as
+    of that run's start; None if the run is not one of this session's."""
+    run = await Run.objects.filter(session_id=session.pk, run_id=run_id, parent_run__isnull=True).only(
+        "input").afirst()
+    if run is None:
+        return None
+    branch = (run_id, "edit") if text is not None else (run_id, "regenerate")
+    return await queue.submit(session, user, run.input if text is None else text, branch=branch)
+
+
+async def retry(session: ChatSession, user, run_id: str) -> queue.Pending | None:
+    """Send a run's input again as a new run; None if the run is not one of this session's."""
+    run = await Run.objects.filter(session_id=session.pk, run_id=run_id).only("input").afirst()
+    if run is None or not run.input:
+        return None
+    return await queue.submit(session, user, run.input)
+
+
+async def switch_branch(session: ChatSession, user, run_id: str) -> bool:
+    """Show another version of a reply: the session moves to that branch (its state too), in every tab."""
+    try:
+        agent = assistants.get_assistant(session.component_id)
+        await agent.aset_current_branch(run_id, session_id=session.session_id, user_id=user)
+    except (KeyError, RunNotFoundError, SessionBusyError):
+        return False
+    html = await sync_to_async(fragments.branch_html)(session.pk, session.owner_id)
+    await abroadcast_to_session(session.pk, html)
+    return True
+
+
+async def stop(session: ChatSession, run_id: str = "", queued_id: str = "") -> bool:
+    """Stop the session's run (the given one, else the one in flight) or drop a waiting message. A run is
+    stopped by the engine (`Component.acancel_run`), wherever it runs: at once in this process, at its
+    next heartbeat in another. False if there was nothing to stop."""
+    if queued_id:
+        return await queue.drop(session, queued_id)
+    current = runner.live_run(session.pk)
+    if not run_id and current is None and queue.stop_before_start(session.pk):
+        return True  # no run yet: it is cancelled as it starts
+    run_id = run_id or (current.run_id if current else "")
+    if current is None or current.run_id != run_id:
+        running = Run.objects.filter(session_id=session.pk, status=RunStatus.RUNNING)
+        if run_id:
+            running = running.filter(run_id=run_id)
+        run = await running.order_by("-pk").only("run_id").afirst()
+        if run is None:
+            return False
+        run_id = run.run_id
+        if not await leases.running_elsewhere(session):  # no process is running it any more: it is over already
+            html = await leases.settle_abandoned(session.pk)
+            if html:
+                await abroadcast_to_session(session.pk, html)
+            return bool(html)
+    return await Component.acancel_run(run_id)

@@ -1,0 +1,412 @@
+"""A run of the web chat: a message handed to the engine, and its events pumped to the session's group as
+HTML for every tab of the session. One task per run, outliving the socket that asked for it:
+
+    RunStarted       the run's fragment appended to #transcript
+    RunContent       the reply so far as sanitized markdown, in numbered batches (`chat.tokens`, below)
+    ToolCall*        a tool row appended to #tools-<run_id>, then replaced with its result
+    StepStarted      a step's row (a team member's, from its RunStarted) appended to #steps-<parent run id>,
+                     redrawn as stored when the step ends
+    StateChanged     the state panel re-rendered with the new state, mid-run
+    RunCompleted /   the run re-rendered once from the database (`chat.run_done` {run_id, html}) replacing
+    RunError / ...   #run-<run_id>; the sidebar row to the user's group; a title in the background
+    SessionSummary   the summary in the state panel
+
+Token batches go out at most every CHAT_STREAM_BATCH_SECONDS (the first text at once): {"type":
+"chat.tokens", "run_id", "seq" (1, 2, ... per run), "origin" (names this process), "keep", "html" (the
+frame drawn once here for every socket: keep the reply's first `keep` elements, then this; see
+chatapp/markdown_stream.py), "elements" (the reply's completed elements after this batch)}.
+
+While it runs, the process keeps it in memory (`LiveRun`), for its sockets that are behind (follower.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+import weakref
+from collections.abc import Iterable
+from contextlib import aclosing, suppress
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import NamedTuple
+
+from asgiref.sync import sync_to_async
+from channels.db import aclose_old_connections
+from django.conf import settings
+from django.utils import timezone
+
+from sessions_core.component import Component
+from sessions_core.events import RunEvent
+from sessions_core.models import ChatSession, NameSource, RunStatus
+from sessions_core.run.lifecycle import LEASE_SECONDS
+
+from .. import assistants, dbthreads, rendering, state_view, titles
+from ..broadcast import abroadcast_to_session, asend_to_session, push_row
+from ..markdown_stream import ReplyStream
+from . import fragments, leases
+from .fragments import StreamedRun
+
+logger = logging.getLogger("chatapp.live")
+
+PROCESS = uuid.uuid4().hex  # names this process in the token batches it sends (`origin`)
+
+
+@dataclass
+class Prompt:
+    """A message for a run: its text, who sent it, what it makes of an earlier run, and whether Stop was
+    pressed before its run started (the run is then cancelled as it starts)."""
+
+    text: str
+    user: object
+    branch: tuple[str, str] | None = None  # (run id, "regenerate" | "edit"): a new version of that run
+    session: ChatSession | None = None  # the row as the socket read it just now (a message that runs at once)
+    fallback_title: str = ""  # the unnamed session's name from this message, stored with the run's end
+    cancelled: bool = False
+    run_id: str = ""  # its run's, once that has started
+
+
+class Mark(NamedTuple):
+    """What a page has of a streaming reply: the last batch it was sent, and the completed elements it holds."""
+
+    seq: int
+    elements: int
+
+
+@dataclass
+class LiveRun:
+    """A run this process is streaming: what its batches are made of, and what a page catching up needs."""
+
+    run: StreamedRun  # as its start event describes it
+    parts: list[str] = field(default_factory=list)
+    length: int = 0  # characters in `parts`
+    flushed: int = 0  # characters already sent to the group
+    last_flush: float = 0.0
+    stream: ReplyStream = field(default_factory=ReplyStream)  # the reply drawn as of the last batch
+    seq: int = 0  # batches sent
+    pace: float = 0.0  # seconds the next batch waits at least (last drawing's CPU time / CHAT_STREAM_DRAW_SHARE)
+    tool_calls: dict[str, rendering.ToolCallView] = field(default_factory=dict)  # its tool rows, by call id
+    changed_keys: list[str] = field(default_factory=list)
+    pending_changes: list[dict] = field(default_factory=list)  # timeline entries stored when the run ends
+    steps: dict[str, bool] = field(default_factory=dict)  # step and member runs shown: run id -> is a member
+    row_pushed: asyncio.Task | None = None  # the sidebar row pushed as the run started (off its first token's path)
+    announced: asyncio.Event = field(default_factory=asyncio.Event)  # its chat.run_done has been sent
+
+    def __post_init__(self):
+        _recent_runs[self.run_id] = self
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def text(self) -> str:
+        if len(self.parts) > 1:
+            self.parts[:] = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
+
+    @property
+    def mark(self) -> Mark:
+        """What a page shown the text so far has of the stream."""
+        return Mark(self.seq, self.stream.completed)
+
+    def snapshot(self) -> tuple[StreamedRun, list[rendering.ToolCallView], Mark]:
+        """The run with its text so far, its tool rows, and what a page shown them has of the stream."""
+        return replace(self.run, content=self.text), list(self.tool_calls.values()), self.mark
+
+    def add(self, delta: str) -> None:
+        self.parts.append(delta)
+        self.length += len(delta)
+
+    def flush_wait(self, batch: float, now: float) -> float:
+        """Seconds until the next batch is due (<= 0: now); the first text goes at once."""
+        return self.last_flush + max(batch, self.pace) - now
+
+    def next_batch(self) -> dict | None:
+        """The text not yet sent as the next numbered batch (the fields of `chat.tokens`), drawn once here
+        for every socket: the blocks completed since the last batch and the open one. None if there is none."""
+        if self.flushed >= self.length:
+            return None
+        text = self.text
+        seen = len(self.stream.segments)
+        self.flushed, self.last_flush = len(text), time.monotonic()
+        spent = time.thread_time()
+        self.stream.feed(text)
+        # A long open block (a code block of hundreds of lines) is drawn less often; a paragraph at every batch.
+        self.pace = (time.thread_time() - spent) / settings.CHAT_STREAM_DRAW_SHARE
+        self.seq += 1
+        keep, html = self.stream.frame(seen)
+        return {"run_id": self.run_id, "seq": self.seq, "origin": PROCESS, "keep": keep, "html": html,
+                "elements": self.stream.completed}
+
+
+_live: dict[int, LiveRun] = {}  # session pk -> its run in flight here
+_tasks: set[asyncio.Task] = set()
+# Live runs still referenced (by their task until their final form is sent, or by a socket's check): a run
+# of this process missing here has been announced.
+_recent_runs: weakref.WeakValueDictionary[str, LiveRun] = weakref.WeakValueDictionary()
+
+
+def live_run(session_pk: int) -> LiveRun | None:
+    """The session's run this process is streaming, if any."""
+    return _live.get(session_pk)
+
+
+def recent_run(run_id: str) -> LiveRun | None:
+    """A run of this process whose final form may not have been sent yet."""
+    return _recent_runs.get(run_id)
+
+
+def tasks() -> Iterable[asyncio.Task]:
+    return tuple(_tasks)
+
+
+def name_new_chat(session: ChatSession, item: Prompt) -> None:
+    """An unnamed session is named after its first message: in the sidebar row pushed as its run starts,
+    stored with the run's end (titles.store_fallback_title)."""
+    if not session.name and (title := titles.fallback_title(item.text)):
+        session.name, session.name_source, item.fallback_title = title, NameSource.FALLBACK, title
+
+
+def start(session_pk: int, owner_pk: int | None, item: Prompt) -> asyncio.Task:
+    """Run `item` on the session in a task of its own; the task ends when the run's final form is sent."""
+    task = asyncio.create_task(_run(session_pk, owner_pk, item), name=f"chat-run-{session_pk}")
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)
+    return task
+
+
+async def report_failure(session_pk: int) -> None:
+    await abroadcast_to_session(session_pk, rendering.render_status("The reply failed unexpectedly.", "error"))
+
+
+# What each engine event means to a live run, whichever kind of component runs it (agent, team, workflow).
+_ROLES = {
+    **dict.fromkeys((RunEvent.run_started, RunEvent.team_run_started, RunEvent.workflow_started), "started"),
+    **dict.fromkeys((RunEvent.run_content, RunEvent.team_run_content), "content"),
+    **dict.fromkeys((RunEvent.tool_call_started, RunEvent.tool_call_completed, RunEvent.team_tool_call_started,
+                     RunEvent.team_tool_call_completed), "tool"),
+    RunEvent.state_changed: "state",
+    **dict.fromkeys((RunEvent.run_cancelled, RunEvent.team_run_cancelled, RunEvent.workflow_cancelled), "cancelled"),
+    **dict.fromkeys((RunEvent.run_completed, RunEvent.run_error, RunEvent.team_run_completed, RunEvent.team_run_error,
+                     RunEvent.workflow_completed, RunEvent.workflow_error), "done"),
+    RunEvent.session_summary_completed: "summary",
+    RunEvent.step_started: "step",
+}
+_TOOL_STARTED = (RunEvent.tool_call_started, RunEvent.team_tool_call_started)
+
+
+def event_role(event) -> str | None:
+    return _ROLES.get(event.event)
+
+
+class _End:
+    """Marks the end of a run's event stream."""
+
+
+_FLUSH = object()  # queued by the batch timer: send the text gathered so far
+
+
+async def _run(session_pk: int, owner_pk: int | None, item: Prompt) -> None:
+    try:
+        session = item.session  # read by the socket a moment ago
+        if session is None:  # the message waited (or was adopted): read the row as it is now
+            await aclose_old_connections()  # a long-lived server: drop connections that went stale while idle
+            session = await ChatSession.objects.for_user(owner_pk).filter(pk=session_pk).afirst()
+            if session is None:
+                return
+            if item.fallback_title and not session.name:
+                session.name, session.name_source = item.fallback_title, NameSource.FALLBACK
+        try:
+            agent = assistants.get_assistant(session.component_id)
+        except KeyError:
+            await abroadcast_to_session(session_pk, rendering.render_status(
+                f"This session's assistant ({session.component_id}) is not available.", "error"))
+            return
+        if leases.may_have_abandoned(session):  # a run left by a process that stopped: shown as interrupted
+            settled = await leases.settle_abandoned(session_pk)
+            await abroadcast_to_session(session_pk, settled + rendering.render_status("Waiting for the reply…"))
+        await _pump(session, item, agent)
+    except Exception:
+        logger.exception("Run for session %s failed", session_pk)
+        await report_failure(session_pk)
+
+
+async def _read(agent, session: ChatSession, item: Prompt, events: asyncio.Queue) -> None:
+    """The engine's stream, read by a task of its own: the pump waits on the queue (and the batch timer)
+    without ever interrupting a read."""
+    options = dict(session_id=session.session_id, user_id=item.user, stream=True, stream_events=True)
+    if item.branch is None:
+        stream = agent.arun(item.text, **options)
+    elif item.branch[1] == "edit":
+        stream = agent.aedit_and_rerun(item.branch[0], item.text, **options)
+    else:
+        stream = agent.aregenerate(item.branch[0], **options)
+    try:
+        async with aclosing(stream):
+            async for event in stream:
+                if event_role(event) == "started" and not event.parent_run_id and item.cancelled:
+                    # Stopped before it started: the engine is paused at this event, before any model
+                    # call, and sees the stop as soon as it resumes.
+                    await Component.acancel_run(event.run_id)
+                events.put_nowait(event)
+    except Exception as exc:  # noqa: BLE001 - handed to the pump, which raises it
+        events.put_nowait(exc)
+    finally:
+        events.put_nowait(_End())
+
+
+async def _pump(session: ChatSession, item: Prompt, agent) -> None:
+    pk = session.pk
+    events: asyncio.Queue = asyncio.Queue()
+    reader = asyncio.create_task(_read(agent, session, item, events), name=f"chat-run-events-{pk}")
+    batch = settings.CHAT_STREAM_BATCH_SECONDS
+    loop = asyncio.get_running_loop()
+    timer: asyncio.TimerHandle | None = None  # puts _FLUSH in the queue when the batch is due
+    live: LiveRun | None = None
+    done = False
+    try:
+        while True:
+            event = await events.get()
+            if event is _FLUSH:
+                timer = None
+                await _flush(pk, live)
+                continue
+            if isinstance(event, _End):
+                break
+            if isinstance(event, Exception):
+                raise event
+            kind = event_role(event)
+            if live is not None and event.run_id != live.run_id and kind != "state":
+                await _step_event(pk, live, kind, event)  # a workflow's step, a team's member
+            elif kind == "started":
+                live = LiveRun(fragments.started_run(event))
+                await _started(session, item, live)
+            elif live is None:
+                continue
+            elif kind == "content":
+                live.add(event.content or "")
+                wait = live.flush_wait(batch, time.monotonic())
+                if wait <= 0 and events.empty():
+                    await _flush(pk, live)  # the first text goes at once; later text at most every batch
+                elif timer is None:  # (text already waiting in the queue joins this batch)
+                    timer = loop.call_later(max(wait, 0), events.put_nowait, _FLUSH)
+            elif kind == "tool":
+                if event.tool.tool_name != rendering.DELEGATE_TOOL:  # a delegation is shown as the member's row
+                    await _flush(pk, live)
+                    call = fragments.tool_call(event, started=event.event in _TOOL_STARTED)
+                    live.tool_calls[call.call_id] = call
+                    await abroadcast_to_session(pk, fragments.tool_html(live.run_id, call))
+            elif kind == "state":
+                await _flush(pk, live)
+                live.changed_keys = sorted(set(live.changed_keys) | set(event.changed_keys))
+                live.pending_changes.insert(0, state_view.describe_pending_change(event))
+                session.session_state, session.state_version = event.session_state, event.state_version
+                await abroadcast_to_session(pk, await sync_to_async(fragments.state_html)(
+                    session, live.changed_keys, live.pending_changes))
+            elif kind == "cancelled":
+                await _flush(pk, live)
+            elif kind == "done":
+                await _flush(pk, live)
+                await _finished(session, item, live)
+                done = True
+            elif kind == "summary":
+                # The summary is made after the reply is complete; the panel shows it when it lands: a
+                # newer one replaces the one shown, and a first one (which may bring the panel itself
+                # into view, for an assistant without state) redraws the panel as stored.
+                if session.summary and event.session_summary:
+                    await abroadcast_to_session(pk, rendering.render_session_summary(event.session_summary))
+                else:
+                    panel = await sync_to_async(fragments.state_panel_html)(pk, session.owner_id)
+                    await abroadcast_to_session(pk, panel)
+                session.summary = event.session_summary or session.summary
+        if live is not None and not done:  # the stream ended without a final event: show what is stored
+            done = True
+            await _finished(session, item, live)
+    except Exception:
+        if live is not None and not done:  # never leave a run shown as running
+            with suppress(Exception):
+                await _finished(session, item, live)
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if not reader.done():
+            reader.cancel()
+        with suppress(asyncio.CancelledError):
+            await reader
+        if live is not None and _live.get(pk) is live:
+            del _live[pk]
+
+
+async def _step_event(session_pk: int, live: LiveRun, kind: str | None, event) -> None:
+    """A step's or member's event: its row appears when it starts and is redrawn as stored when it ends
+    (its text and tool calls with it), in every tab alike."""
+    if kind == "step" or (kind == "started" and event.run_id not in live.steps):
+        live.steps[event.run_id] = kind == "started"  # a member's run has no StepStarted before it
+        await abroadcast_to_session(session_pk, fragments.step_started_html(event))
+    elif kind == "done" and event.run_id in live.steps:
+        member = live.steps[event.run_id]
+        await abroadcast_to_session(session_pk, await sync_to_async(fragments.step_done_html)(event.run_id, member))
+
+
+async def _started(session: ChatSession, item: Prompt, live: LiveRun) -> None:
+    # Drawn from the event (no query) while the engine goes on to the model: no database read and no
+    # trip through the thread the engine's queries use. A new version redraws the transcript instead.
+    pk = session.pk
+    _live[pk] = live
+    item.run_id = live.run_id
+    if item.cancelled:  # Stop was pressed after the reader passed this event on
+        await Component.acancel_run(live.run_id)
+    if item.branch is not None:
+        html = await sync_to_async(fragments.branch_html)(pk, session.owner_id)
+    else:
+        html = fragments.started_html(live.run)
+    await abroadcast_to_session(pk, html + rendering.render_status("Generating a reply…"))
+    # The sidebar row, running and at the top (with the fallback title of a new chat), as the engine's
+    # start has just stored it (its lease, its last activity): beside the reply's first text rather
+    # than before it, and always before the row the run's end pushes (_finished waits for it).
+    session.last_activity_at = timezone.now()
+    session.lease_expires_at = session.last_activity_at + timedelta(seconds=LEASE_SECONDS)
+    live.row_pushed = asyncio.create_task(push_row(session, to_top=True), name=f"chat-row-{pk}")
+
+
+async def _flush(session_pk: int, live: LiveRun | None) -> None:
+    """Send the reply text not yet sent as one numbered batch."""
+    if live is not None and (batch := live.next_batch()) is not None:
+        await asend_to_session(session_pk, "chat.tokens", **batch)
+
+
+def _render_finished(live: LiveRun, session: ChatSession, item: Prompt) -> tuple[str, str]:
+    """The finished run from the database, the new chat's fallback title stored, and the state panel as
+    stored now if the run changed the state (a failed run's mid-run state changes were not kept, so the
+    panel must show the stored state again); a run that changed nothing leaves the panel as it is."""
+    html, status = fragments.finished_html(live.run_id, session.pk)
+    if item.fallback_title:
+        titles.store_fallback_title(session, item.fallback_title)
+    if live.changed_keys or live.pending_changes:
+        stored = ChatSession.objects.for_user(session.owner_id).get(pk=session.pk)
+        session.session_state, session.state_version = stored.session_state, stored.state_version
+        html += rendering.render_state_panel(stored, live.changed_keys, oob="true")
+    return html, status
+
+
+async def _finished(session: ChatSession, item: Prompt, live: LiveRun) -> None:
+    pk = session.pk
+    if live.row_pushed is not None:  # the running row goes before the finished one (and renders what it had)
+        try:
+            await live.row_pushed
+        except Exception:  # noqa: BLE001 - a row not pushed is redrawn by the one below
+            logger.warning("The sidebar row of session %s was not pushed as its run started", pk, exc_info=True)
+    html, status = await dbthreads.run(_render_finished, live, session, item)
+    if _live.get(pk) is live:
+        del _live[pk]
+    note, kind = fragments.STATUS_NOTES.get(status, ("Reply finished.", "info"))
+    await asend_to_session(pk, "chat.run_done", run_id=live.run_id, html=html + rendering.render_status(note, kind))
+    live.announced.set()
+    session.lease_expires_at, session.last_activity_at = None, timezone.now()  # as the engine's finish stored it
+    if status == RunStatus.COMPLETED and session.name_source in (NameSource.NONE, NameSource.FALLBACK):
+        titles.start_title(session, item.user)  # which pushes the row, titled or not, when it is done
+    else:
+        await push_row(session)
