@@ -21,6 +21,7 @@ from functools import wraps
 
 from django.conf import settings
 from django.contrib.auth.signals import user_login_failed
+from django.db.models import Q
 from django.dispatch import receiver
 from django.shortcuts import render
 from django.utils import timezone
@@ -29,7 +30,6 @@ from django_ratelimit.core import get_usage
 from sessions_core.models import Run, RunStatus
 
 from . import dbthreads
-from .live.queue import waiting_count
 
 
 @dataclass(frozen=True)
@@ -152,9 +152,9 @@ def _count_failed_sign_in(sender, credentials, request=None, **kwargs):
 
 def _in_flight(user) -> int:
     """The user's messages waiting for their run, and their runs still streaming (with a live lease)."""
-    running = Run.objects.filter(session__owner=user, status=RunStatus.RUNNING, parent_run__isnull=True,
-                                 session__lease_expires_at__gt=timezone.now())
-    return waiting_count(user) + running.count()
+    runs = Run.objects.filter(session__owner=user, parent_run__isnull=True)
+    return runs.filter(Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING,
+                                                      session__lease_expires_at__gt=timezone.now())).count()
 
 
 def message_refusal(user) -> str:

@@ -279,7 +279,7 @@ class RunPage(list):
 def transcript_runs(session: ChatSession, before: int | None = None, limit: int = TRANSCRIPT_RUNS) -> RunPage:
     """The last `limit` top-level runs of the session's current branch (older than run pk `before`), messages
     prefetched in seq order, each with its place among its siblings (`branches`, `branch_number`)."""
-    runs = Run.objects.filter(session=session, parent_run__isnull=True, abandoned=False)
+    runs = Run.objects.begun().filter(session=session, parent_run__isnull=True, abandoned=False)
     if before is not None:
         runs = runs.filter(pk__lt=before)
     runs = runs.annotate(**BRANCHES)
@@ -300,9 +300,10 @@ def _count(queryset, group: str):
 # How many runs share a run's place in the tree (those that follow the same run; for a first run, the
 # session's other first runs), in the page's own query: an index lookup per run, no query of its own.
 BRANCHES = {"branches": Case(
-    When(follows__isnull=True, then=_count(Run.objects.filter(
+    When(follows__isnull=True, then=_count(Run.objects.begun().filter(
         session_id=OuterRef("session_id"), follows__isnull=True, parent_run__isnull=True), "session_id")),
-    default=_count(Run.objects.filter(follows_id=OuterRef("follows_id"), parent_run__isnull=True), "follows_id"),
+    default=_count(Run.objects.begun().filter(follows_id=OuterRef("follows_id"), parent_run__isnull=True),
+                   "follows_id"),
 )}
 
 
@@ -314,7 +315,7 @@ def place_among_siblings(page: list[Run]) -> None:
         return
     session_id = branched[0].session_id
     parents = {run.follows_id for run in branched}
-    rows = Run.objects.filter(session_id=session_id, parent_run__isnull=True).filter(
+    rows = Run.objects.begun().filter(session_id=session_id, parent_run__isnull=True).filter(
         Q(follows_id__in=[pk for pk in parents if pk is not None]) | Q(follows__isnull=True)
     ).order_by("pk").values_list("follows_id", "run_id")
     by_parent: dict = {}
@@ -416,7 +417,7 @@ def render_composer_text(text: str) -> str:
 
 
 def render_queued(item) -> str:
-    """One queued message (a QueuedMessage row, or one held in memory with `queued_id` and `text`)."""
+    """One message waiting for its run (a queued Run, or the engine's RunQueued event: `run_id`, `input`)."""
     return render_to_string("chatapp/_queued.html", {"item": item, "note": QUEUED_NOTE})
 
 

@@ -48,6 +48,7 @@ _EXPORTS = {
     "SessionOwnershipError": "errors",
     "SessionNotFoundError": "errors",
     "SessionIdNotSetError": "errors",
+    "QueuedRunTakenError": "errors",
     "RunNotFoundError": "branches",
     "SessionBusyError": "branches",
     "StateNotJSONError": "state",

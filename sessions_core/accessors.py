@@ -126,7 +126,8 @@ class SessionAccessors:
     async def aget_last_run_output(self, session_id: str | None = None, user_id=None) -> RunOutput | None:
         def load():
             session = self._owned(session_id, user_id)
-            runs = Run.objects.using(self.db_alias).filter(session=session, parent_run__isnull=True, abandoned=False)
+            runs = Run.objects.using(self.db_alias).begun().filter(session=session, parent_run__isnull=True,
+                                                                   abandoned=False)
             run = runs.filter(component_id=self.id).order_by("-id").first()
             if run is None:
                 return None

@@ -14,7 +14,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from .models import USAGE_SUMS, AdminAccess, ChatSession, Message, Run, RunStatus, StateChange
+from .models import OPEN_STATUSES, USAGE_SUMS, AdminAccess, ChatSession, Message, Run, StateChange
 from .component import Component
 
 TRANSCRIPT_PAGE = 50
@@ -176,18 +176,19 @@ class RunAdmin(WrittenByTheEngine):
     def access_of(self, run):
         return run.session, f"run {run.run_id}"
 
-    @admin.action(description="Stop the selected running runs")
+    @admin.action(description="Stop the selected running or queued runs")
     def stop_runs(self, request, queryset):
-        """As the chat's Stop does: a run of this process stops at once, one of another process at its
-        next checkpoint (within about a second). A step's or member's run is stopped through its root's."""
-        running = queryset.filter(status=RunStatus.RUNNING)
+        """As the chat's Stop does: a queued run is dropped, a run of this process stops at once, one of
+        another process at its next checkpoint (within about a second). A step's or member's run is
+        stopped through its root's."""
+        running = queryset.filter(status__in=OPEN_STATUSES)
         roots = set(running.filter(parent_run__isnull=True).values_list("run_id", flat=True))
         roots |= {_root_run_id(run) for run in running.filter(parent_run__isnull=False)}
         stopped = sum(Component.cancel_run(run_id) for run_id in sorted(roots))
         if stopped:
             self.message_user(request, f"Asked {stopped} run(s) to stop.", messages.SUCCESS)
         else:
-            self.message_user(request, "None of the selected runs is running.", messages.WARNING)
+            self.message_user(request, "None of the selected runs is running or queued.", messages.WARNING)
 
     @admin.display(description="Step and member runs")
     def step_runs(self, run):

@@ -39,7 +39,7 @@ class SessionBusyError(SessionError):
 
 def top_level_run(session: ChatSession, run_id: str | None, alias: str) -> Run:
     """A top-level run of the session (None: its current leaf); RunNotFoundError if it has none such."""
-    runs = Run.objects.using(alias).filter(session=session, parent_run__isnull=True)
+    runs = Run.objects.using(alias).begun().filter(session=session, parent_run__isnull=True)
     run = runs.filter(run_id=run_id).first() if run_id else runs.filter(pk=session.current_leaf_id).first()
     if run is None:
         raise RunNotFoundError(run_id or "(the latest)", session.session_id)
@@ -83,7 +83,7 @@ def _set_state(session: ChatSession, version: int, source: str, now=None) -> Non
 
 def _follow_path(session: ChatSession, path: list[int], alias: str) -> None:
     """Mark the runs on `path` current and every other top-level run of the session abandoned."""
-    runs = Run.objects.using(alias).filter(session=session, parent_run__isnull=True)
+    runs = Run.objects.using(alias).begun().filter(session=session, parent_run__isnull=True)
     runs.filter(abandoned=False).exclude(pk__in=path).update(abandoned=True)
     runs.filter(pk__in=path, abandoned=True).update(abandoned=False)
 
@@ -96,7 +96,7 @@ def start_branch(session_pk: int, run_id: str, source: str, alias: str, now) -> 
     target = top_level_run(session, run_id, alias)
     # Stamped with the new run's start, so the state "when it started" includes this change.
     _set_state(session, state_before(target, alias), f"branch:{source}", now=now)
-    runs = Run.objects.using(alias).filter(session=session, parent_run__isnull=True, abandoned=False)
+    runs = Run.objects.using(alias).begun().filter(session=session, parent_run__isnull=True, abandoned=False)
     runs.filter(pk__gte=target.pk).update(abandoned=True)
     ChatSession.objects.using(alias).filter(pk=session_pk).update(current_leaf=target.follows_id)
     return target, dumps(session.session_state), session.state_version

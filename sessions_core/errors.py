@@ -23,6 +23,15 @@ class SessionOwnershipError(SessionError):
         super().__init__(f"Session {session_id!r} does not belong to {who}; nothing was read or written.")
 
 
+class QueuedRunTakenError(SessionError, ValueError):
+    """`arun(None, run_id=...)` of a run that is not a queued run of that session whose process stopped
+    (another process took it over first, it started, or it is still awaited)."""
+
+    def __init__(self, run_id: str, session_id: str):
+        self.run_id, self.session_id = run_id, session_id
+        super().__init__(f"Run {run_id} is not a queued run of session {session_id!r} whose process has stopped.")
+
+
 class Cancelled(Exception):
     """A run was asked to stop (raised inside it, at the next point where it looks)."""
 

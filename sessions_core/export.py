@@ -47,7 +47,7 @@ def _steps(prefix: str = "") -> Prefetch:
 def _runs(session: ChatSession, current_branch: bool = False) -> Iterator[Run]:
     """Top-level runs (of every branch, or of the current one), oldest first, each with `shown` (its messages
     but the system prompt, by seq) and `steps` (a workflow's step runs, a team's member runs, and theirs)."""
-    runs = Run.objects.filter(session=session, parent_run__isnull=True).select_related("follows").only(
+    runs = Run.objects.begun().filter(session=session, parent_run__isnull=True).select_related("follows").only(
         *(f.name for f in Run._meta.concrete_fields), "follows__run_id").order_by("pk")
     if current_branch:
         runs = runs.filter(abandoned=False)

@@ -166,7 +166,7 @@ def chat_history(session_pk: int, alias: str, last_n_runs: int | None = None) ->
     )
     if last_n_runs is not None:
         run_ids = (
-            Run.objects.using(alias).filter(session_id=session_pk, parent_run__isnull=True, abandoned=False)
+            Run.objects.using(alias).begun().filter(session_id=session_pk, parent_run__isnull=True, abandoned=False)
             .order_by("-id").values("id")[: max(last_n_runs, 0)]
         )
         messages = messages.filter(run_id__in=run_ids)

@@ -186,6 +186,10 @@ OPEN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.PAUSED)
 
 
 class RunQuerySet(models.QuerySet):
+    def begun(self):
+        """Runs that have started (a queued run waits for its turn: it is no part of the conversation yet)."""
+        return self.exclude(status=RunStatus.QUEUED)
+
     def abandoned(self, now=None):
         """Runs still marked running whose session holds no live lease: the process running them has
         stopped (a run renews its session's lease every few seconds until it is stored as finished)."""

@@ -50,7 +50,7 @@ def _list_sessions(agent, run_context: RunContext) -> list[dict]:
     )
     listed = []
     for session in sessions:
-        run_ids = (Run.objects.using(alias).filter(session=session, parent_run__isnull=True)
+        run_ids = (Run.objects.using(alias).begun().filter(session=session, parent_run__isnull=True)
                    .order_by("-id").values("id")[: agent.num_past_session_runs_in_search])
         messages = (Message.objects.using(alias).filter(run_id__in=run_ids, role__in=(Role.USER, Role.ASSISTANT))
                     .only("run_id", "role", "content").order_by("seq"))
@@ -68,7 +68,7 @@ def _read_session(agent, run_context: RunContext, session_id: str, num_runs: int
     session = _scoped_sessions(agent, run_context).filter(session_id=session_id).first()
     if session is None:
         return NOT_FOUND
-    runs = Run.objects.using(agent.db_alias).filter(session=session, parent_run__isnull=True).order_by("id")
+    runs = Run.objects.using(agent.db_alias).begun().filter(session=session, parent_run__isnull=True).order_by("id")
     if num_runs is not None:
         runs = runs[: max(num_runs, 0)]
     messages = (Message.objects.using(agent.db_alias).filter(run_id__in=runs.values("id"),

@@ -44,13 +44,18 @@ def test_transcript_view_requires_staff(client):
     assert response.status_code == 302
 
 
-def test_queued_messages_are_listed(admin_client_logged_in):
-    from chatapp.models import QueuedMessage
+def test_messages_waiting_for_their_run_are_listed_and_stopped_as_queued_runs(admin_client_logged_in):
+    from sessions_core.models import Run
+    from sessions_core.run import lifecycle
 
     bob = make_user("bob")
-    queued = QueuedMessage.objects.create(session=make_session(bob, name="Waiting"), user=bob, text="later")
-    response = admin_client_logged_in.get(reverse("admin:chatapp_queuedmessage_changelist"))
-    assert response.status_code == 200 and queued.queued_id.encode() in response.content
+    queued = lifecycle.enqueue(make_session(bob, name="Waiting"), "later")
+    url = reverse("admin:sessions_core_run_changelist")
+    response = admin_client_logged_in.get(url, {"status__exact": "queued"})
+    assert response.status_code == 200 and queued.run_id.encode() in response.content
+    response = admin_client_logged_in.post(url, {"action": "stop_runs", "_selected_action": [queued.pk]}, follow=True)
+    assert b"Asked 1 run(s) to stop." in response.content
+    assert not Run.objects.filter(pk=queued.pk).exists()  # it never began
 
 
 def test_usage_sums_tokens_per_session_and_per_user(admin_client_logged_in):
@@ -160,7 +165,7 @@ def test_the_stop_action_asks_running_runs_to_stop_and_a_steps_run_through_its_r
 
     response = admin_client_logged_in.post(changelist, {"action": "stop_runs", "_selected_action": [done.pk]},
                                            follow=True)
-    assert b"None of the selected runs is running." in response.content
+    assert b"None of the selected runs is running or queued." in response.content
     response = admin_client_logged_in.post(changelist, {"action": "stop_runs", "_selected_action": [step.pk, done.pk]},
                                            follow=True)
     assert b"Asked 1 run(s) to stop." in response.content

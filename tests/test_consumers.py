@@ -19,8 +19,8 @@ from django.utils import timezone
 from chatapp import live, rendering
 from chatapp.asgi import application
 from chatapp.broadcast import asend_to_session, session_group, user_group
-from chatapp.models import QueuedMessage
 from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus
+from sessions_core.run import lifecycle
 from chatapp.rendering import render_markdown
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import (
@@ -298,7 +298,8 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         frames = await frames_until(socket, lambda f: "beforeend:#queue" in f)
         assert "Queued: will run after the current reply" in frames[-1]
         assert "two" in frames[-1]
-        assert await Run.objects.filter(session=session).acount() == 1  # not started yet
+        assert await Run.objects.begun().filter(session=session).acount() == 1  # not started yet
+        assert await Run.objects.filter(session=session, status=RunStatus.QUEUED, input="two").aexists()
         hold.set()
         frames = await frames_until(socket, run_done())
         frames += await frames_until(socket, run_done())
@@ -714,7 +715,7 @@ class TestAbandonedRuns(LiveTestMixin, TransactionTestCase):
 
     async def test_a_message_queued_behind_it_runs_when_the_page_comes_back(self):
         await sync_to_async(self.lease_ends_in)(-1)
-        queued = await QueuedMessage.objects.acreate(session_id=self.session.pk, user=self.alice, text="next one")
+        queued = await sync_to_async(lifecycle.enqueue)(self.session, "next one")  # its process stopped too
         self.llm.add(Text("The next answer."))
         query = f"last_run={self.run.run_id}&running={self.run.run_id}&reconnect=1"
         socket = await self.socket(self.session.session_id, self.alice, query=query)
@@ -723,11 +724,11 @@ class TestAbandonedRuns(LiveTestMixin, TransactionTestCase):
         shown = next(i for i, f in enumerate(frames) if 'id="queue"' in f and "next one" in f)
         started = next(i for i, f in enumerate(frames) if "beforeend:#transcript" in f and "next one" in f)
         assert interrupted < started and shown < started
-        assert any(f'<li id="queued-{queued.queued_id}" hx-swap-oob="delete">' in f for f in frames)
+        assert any(f'<li id="queued-{queued.run_id}" hx-swap-oob="delete">' in f for f in frames)
         await settle()
         assert [r.input async for r in Run.objects.filter(session=self.session).order_by("pk")] == [
             "a question", "next one"]
-        assert not await QueuedMessage.objects.aexists()
+        assert not await Run.objects.filter(status=RunStatus.QUEUED).aexists()
         await socket.disconnect()
 
     def test_the_page_shows_it_interrupted_and_not_busy(self):

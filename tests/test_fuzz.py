@@ -16,7 +16,6 @@ from hypothesis.extra.django import TransactionTestCase as HypothesisTransaction
 
 from chatapp.asgi import application
 from chatapp.consumers import FrameError, parse_frame
-from chatapp.models import QueuedMessage
 from sessions_core.models import ChatSession, Message, Run, StateChange
 from sessions_core.storable import storable_tree
 from tests.factories import make_run, make_session, make_user
@@ -78,7 +77,7 @@ class TestFrames(LiveTestMixin, HypothesisTransactionTestCase):
     @staticmethod
     def count() -> tuple:
         return (Run.objects.count(), Message.objects.count(), StateChange.objects.count(),
-                QueuedMessage.objects.count(), ChatSession.objects.count())
+                ChatSession.objects.count())
 
     @BOUNDED
     @given(frame=frames)

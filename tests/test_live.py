@@ -18,9 +18,9 @@ from django.utils.safestring import SafeString
 from chatapp import live, rendering, titles
 from chatapp.broadcast import session_group, user_group
 from chatapp.live import fragments, runner
-from chatapp.models import QueuedMessage
 from sessions_core.events import RunStartedEvent
 from sessions_core.models import ChatSession, NameSource, Run, RunStatus
+from sessions_core.run import lifecycle
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import LiveTestMixin, TopLevel, apply_frame, layer_listener, settle
 from tests.llm_server import Error, Text
@@ -143,8 +143,8 @@ class TestRunTasks(LiveTaskTests):
 
     async def test_three_messages_run_in_the_order_sent(self):
         session, channel, hold, (first, second, third) = await self.send_three_while_the_first_is_held()
-        assert not first.shown_queued and second.shown_queued and third.shown_queued
-        assert [item.text for item in await live.queued(session.pk)] == ["two", "three"]
+        assert [run.run_id for run in await live.queued(session.pk)] == [second.run_id, third.run_id]
+        assert [run.input for run in await live.queued(session.pk)] == ["two", "three"]
         hold.set()
         await self.collect_until_done(channel, 3)
         await settle()
@@ -154,10 +154,10 @@ class TestRunTasks(LiveTaskTests):
 
     async def test_a_queued_message_can_be_dropped_before_it_runs(self):
         session, channel, hold, (_, second, _) = await self.send_three_while_the_first_is_held()
-        assert await live.stop(session, queued_id=second.queued_id)
+        assert await live.stop(session, queued_id=second.run_id)
         removed = await self.next_message(channel, lambda m: 'hx-swap-oob="delete"' in m.get("html", ""))
-        assert f'<li id="queued-{second.queued_id}" hx-swap-oob="delete">' in removed["html"]
-        assert not await live.stop(session, queued_id=second.queued_id)  # already gone
+        assert f'<li id="queued-{second.run_id}" hx-swap-oob="delete">' in removed["html"]
+        assert not await live.stop(session, queued_id=second.run_id)  # already gone
         hold.set()
         await self.collect_until_done(channel, 2)
         await settle()
@@ -172,16 +172,13 @@ class TestRunTasks(LiveTaskTests):
         session = await ChatSession.objects.aget(pk=self.session.pk)
         channel = await self.listen(session_group(session.pk))
         item = await live.submit(session, self.alice, "hello")
-        assert item.shown_queued
         queued = await self.next_message(channel, lambda m: "beforeend:#queue" in m.get("html", ""))
-        assert rendering.QUEUED_NOTE in queued["html"]
-        assert await live.stop(session)  # no run id yet: the stop waits for the start
-        await ChatSession.objects.filter(pk=session.pk).aupdate(lease_token="", lease_expires_at=None)
-        done = (await self.collect_until_done(channel))[-1]
-        assert 'data-status="cancelled"' in done["html"]
+        assert rendering.QUEUED_NOTE in queued["html"] and f"queued-{item.run_id}" in queued["html"]
+        assert await live.stop(session)  # no run shown: the oldest message waiting is stopped
+        removed = await self.next_message(channel, lambda m: "Queued message removed." in m.get("html", ""))
+        assert f'<li id="queued-{item.run_id}" hx-swap-oob="delete">' in removed["html"]
         await settle()
-        run = await Run.objects.aget(session=session)
-        assert run.status == RunStatus.CANCELLED
+        assert not await Run.objects.filter(session=session).aexists()  # it never began
         assert self.llm.requests == []  # stopped before the model was asked anything
 
     async def test_the_sidebar_row_shows_the_run_while_it_runs(self):
@@ -264,12 +261,12 @@ class TestRunTasks(LiveTaskTests):
 
 
 class TestStoredQueue(LiveTaskTests):
-    """Messages waiting for their run are rows (chatapp.QueuedMessage): a process that stops (a restart,
-    a crash) does not take them with it, and none runs twice."""
+    """Messages waiting for their run are the engine's queued runs: a process that stops (a restart, a crash)
+    does not take them with it, the next process to serve the session runs them, and none runs twice."""
 
-    async def orphan(self, text: str) -> QueuedMessage:
-        """A message left queued by a process that has stopped: a row, and no process holding it."""
-        return await QueuedMessage.objects.acreate(session_id=self.session.pk, user=self.alice, text=text)
+    async def orphan(self, text: str) -> Run:
+        """A message left queued by a process that has stopped: a queued run no process waits for."""
+        return await sync_to_async(lifecycle.enqueue)(self.session, text)
 
     async def test_a_queued_message_is_stored_until_its_run_starts(self):
         hold = threading.Event()
@@ -279,12 +276,12 @@ class TestStoredQueue(LiveTaskTests):
         channel = await self.listen(session_group(session.pk))
         await live.submit(session, self.alice, "one")
         second = await live.submit(session, self.alice, "two")
-        stored = await QueuedMessage.objects.aget(queued_id=second.queued_id)
-        assert (stored.text, stored.user_id, stored.session_id) == ("two", self.alice.pk, session.pk)
+        stored = await Run.objects.aget(run_id=second.run_id)
+        assert (stored.status, stored.input, stored.session_id) == (RunStatus.QUEUED, "two", session.pk)
         hold.set()
         await self.collect_until_done(channel, 2)
         await settle()
-        assert not await QueuedMessage.objects.aexists()
+        assert not await Run.objects.filter(status=RunStatus.QUEUED).aexists()
 
     async def test_messages_left_by_a_stopped_process_run_here_in_order(self):
         self.llm.responder = echo_reply
@@ -295,20 +292,23 @@ class TestStoredQueue(LiveTaskTests):
         assert await live.adopt_orphans(session)
         messages = await self.collect_until_done(channel, 2)
         await settle()
-        runs = [(r.input, r.content) async for r in Run.objects.filter(session=session).order_by("pk")]
-        assert runs == [("left one", "reply left one"), ("left two", "reply left two")]
+        runs = [(r.run_id, r.input, r.content) async for r in Run.objects.filter(session=session).order_by("pk")]
+        assert runs == [(first.run_id, "left one", "reply left one"), (second.run_id, "left two", "reply left two")]
         removed = [m["html"] for m in messages if 'hx-swap-oob="delete"' in m.get("html", "")]
-        assert any(f"queued-{first.queued_id}" in html for html in removed)
-        assert any(f"queued-{second.queued_id}" in html for html in removed)
-        assert not await QueuedMessage.objects.aexists()
+        assert any(f"queued-{first.run_id}" in html for html in removed)
+        assert any(f"queued-{second.run_id}" in html for html in removed)
 
-    async def test_nothing_is_adopted_while_a_run_holds_the_session(self):
-        await self.orphan("waiting")
+    async def test_an_orphan_taken_over_while_a_run_holds_the_session_waits_its_turn(self):
+        orphan = await self.orphan("waiting")
         await ChatSession.objects.filter(pk=self.session.pk).aupdate(
             lease_token="elsewhere", lease_expires_at=timezone.now() + timedelta(seconds=30))
         session = await ChatSession.objects.aget(pk=self.session.pk)
-        assert not await live.adopt_orphans(session)
-        assert await QueuedMessage.objects.acount() == 1 and not await Run.objects.aexists()
+        assert await live.adopt_orphans(session)
+        await until_true(lambda: Run.objects.filter(pk=orphan.pk, claimed_until__isnull=False).aexists())
+        assert await sync_to_async(lifecycle.orphans)(session.pk) == []  # this process waits for it now
+        assert await live.stop(session, queued_id=orphan.run_id)
+        await settle()
+        assert not await Run.objects.aexists() and self.llm.requests == []
 
     async def test_two_adoptions_at_once_run_each_message_once(self):
         self.llm.responder = echo_reply
@@ -319,23 +319,31 @@ class TestStoredQueue(LiveTaskTests):
         await self.collect_until_done(channel, 1)
         await settle()
         assert [r.input async for r in Run.objects.filter(session=session)] == ["only once"]
-
-    async def test_a_message_another_process_took_is_not_run_here(self):
-        session, channel, hold, (_, second, _) = await self.send_three_while_the_first_is_held()
-        await QueuedMessage.objects.filter(queued_id=second.queued_id).adelete()  # taken elsewhere
-        hold.set()
-        await self.collect_until_done(channel, 2)
-        await settle()
-        assert [r.input async for r in Run.objects.filter(session=session).order_by("pk")] == ["one", "three"]
+        assert [r["messages"][-1]["content"] for r in self.llm.requests].count("only once") == 1
 
     async def test_a_message_queued_in_another_process_can_be_dropped_from_here(self):
         orphan = await self.orphan("never mind")
         session = await ChatSession.objects.aget(pk=self.session.pk)
         channel = await self.listen(session_group(session.pk))
-        assert await live.stop(session, queued_id=orphan.queued_id)
+        assert await live.stop(session, queued_id=orphan.run_id)
         removed = await self.next_message(channel, lambda m: 'hx-swap-oob="delete"' in m.get("html", ""))
-        assert f'<li id="queued-{orphan.queued_id}" hx-swap-oob="delete">' in removed["html"]
-        assert not await QueuedMessage.objects.aexists()
+        assert f'<li id="queued-{orphan.run_id}" hx-swap-oob="delete">' in removed["html"]
+        assert not await Run.objects.aexists()
+
+    async def test_another_sessions_queued_message_cannot_be_dropped(self):
+        other = await sync_to_async(lambda: make_session(make_user("bob"), component_id="general"))()
+        theirs = await sync_to_async(lifecycle.enqueue)(other, "not yours")
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        assert not await live.stop(session, queued_id=theirs.run_id)
+        assert await Run.objects.filter(pk=theirs.pk, status=RunStatus.QUEUED).aexists()
+
+
+async def until_true(condition, timeout: float = 5) -> None:
+    """Wait until the async `condition` holds (polling the database: there is no event to wait on)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await condition():
+        assert asyncio.get_running_loop().time() < deadline, "the condition never held"
+        await asyncio.sleep(0.01)
 
 
 @pytest.mark.django_db

@@ -1,5 +1,5 @@
-"""chatapp.live with the session's run in another process: a message whose turn has come waits for that run
-in the stored queue, where a tab served by any process can still drop it."""
+"""chatapp.live with the session's run in another process: a message sent meanwhile waits for that run as a
+queued run, which a tab served by any process can drop."""
 
 from __future__ import annotations
 
@@ -10,10 +10,7 @@ from django.test import TransactionTestCase
 from django.utils import timezone
 
 from chatapp import live
-from chatapp.live import queue
-from chatapp.models import QueuedMessage
-from sessions_core.run import registry as run_registry
-from sessions_core.models import ChatSession, Run
+from sessions_core.models import ChatSession, Run, RunStatus
 from tests.factories import make_session, make_user
 from tests.live_support import LiveTestMixin, settle
 from tests.llm_server import Text
@@ -37,12 +34,9 @@ class TestAnotherProcessHoldsTheSession(LiveTestMixin, TransactionTestCase):
         self.llm.add(Text("never asked"))
         session = await ChatSession.objects.aget(pk=self.session.pk)
         item = await live.submit(session, self.alice, "hello")
-        assert item.shown_queued
-        # Its turn has come, and something of this process waits for the lease.
-        waiting = queue._queues[session.pk]
-        await until(lambda: waiting.starting is item and run_registry._lease_waiters.get(session.pk))
-        assert await QueuedMessage.objects.filter(queued_id=item.queued_id).aexists()  # still stored
-        assert await live.stop(session, queued_id=item.queued_id)  # as a tab of any process drops it
+        # Stored as submit returns, queued behind the other process's run.
+        assert await Run.objects.filter(run_id=item.run_id, status=RunStatus.QUEUED).aexists()
+        assert await live.stop(session, queued_id=item.run_id)  # as a tab of any process drops it
         await ChatSession.objects.filter(pk=session.pk).aupdate(lease_token="", lease_expires_at=None)
         await settle()
         assert not await Run.objects.filter(session=session).aexists()

@@ -20,7 +20,6 @@ from django.utils import timezone
 from chatapp import rendering
 from chatapp import urls as chat_urls
 from chatapp.assistants import reset_assistants
-from chatapp.models import QueuedMessage
 from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus, StateChange
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import layer_listener, settle
@@ -146,9 +145,9 @@ class TestIndexAndNewSession(WebTestCase):
         assert self.client.get(reverse("chat:index"))["Location"] == reverse("chat:new")
 
     def test_a_new_chat_is_the_chat_page_and_stores_nothing(self):
-        before = (ChatSession.objects.count(), QueuedMessage.objects.count())
+        before = (ChatSession.objects.count(), Run.objects.count())
         html = self.client.get(reverse("chat:new")).content.decode()
-        assert (ChatSession.objects.count(), QueuedMessage.objects.count()) == before
+        assert (ChatSession.objects.count(), Run.objects.count()) == before
         assert 'id="sidebar"' in html and 'id="session-filter"' in html  # the sidebar, with its search
         assert re.search(r'<form id="composer" class="composer" method="post" action="/new/"', html)
         assert 'id="composer-text"' in html and "ws-connect" not in html  # no chat yet: no socket
@@ -177,9 +176,9 @@ class TestIndexAndNewSession(WebTestCase):
             "shopping", {"shopping_list": []}, 1)
         assert (session.name, session.name_source) == ("add milk please", NameSource.FALLBACK)
         assert StateChange.objects.get(session=session).source == "defaults"
-        # The message waits in the stored queue; the chat page's socket runs it when it connects.
-        queued = QueuedMessage.objects.get(session=session)
-        assert (queued.text, queued.user_id) == ("add milk please", self.alice.pk)
+        # The message waits as a queued run no process waits for; the chat page's socket runs it when it connects.
+        queued = Run.objects.get(session=session)
+        assert (queued.status, queued.input, queued.claimed_until) == (RunStatus.QUEUED, "add milk please", None)
         (pushed,) = listener.html()
         assert f'<li id="session-item-{session.pk}" hx-swap-oob="delete">' in pushed
         assert f'<div hx-swap-oob="afterend:#group-today"><li id="session-item-{session.pk}"' in pushed
@@ -199,7 +198,7 @@ class TestIndexAndNewSession(WebTestCase):
                 composer = html[html.index('id="composer-text"'):]
                 assert composer[composer.index(">") + 1:].startswith(html_escape(data["text"]) + "</textarea>")
         assert ChatSession.objects.count() == before
-        assert not QueuedMessage.objects.exists()
+        assert not Run.objects.filter(status=RunStatus.QUEUED).exists()
 
     def test_a_deleted_chat_with_no_chat_left_shows_its_undo_on_a_new_chat(self):
         ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now())

@@ -2,7 +2,7 @@
 tab of their session through the channel layer, stopped, queued, and caught up with by a page that
 (re)connects.
 
-    queue.py      the messages waiting for their run (the web's own queue, until the engine owns one)
+    queue.py      messages handed to their runs; the runs the engine holds queued, and orphans taken over
     runner.py     a run: the message handed to the engine, its events pumped to the session's group
     fragments.py  HTML for a run's events, from view objects made from them; runs drawn from the database
     follower.py   one per socket: the catch-up when it connects, token batches applied in order, gaps filled
@@ -18,7 +18,7 @@ import asyncio
 import time
 
 from .. import titles
-from . import queue, runner
+from . import runner
 from .actions import regenerate, retry, stop, switch_branch
 from .follower import ID_MAX, Follower
 from .queue import adopt_orphans, queued, submit
@@ -28,10 +28,10 @@ __all__ = ["ID_MAX", "Follower", "adopt_orphans", "queued", "regenerate", "retry
 
 
 async def wait_idle(timeout: float = 30) -> None:
-    """Wait until no queue task, run task or title job of this process is left (tests, shutdown)."""
+    """Wait until no run task or title job of this process is left (tests, shutdown)."""
     deadline = time.monotonic() + timeout
     while True:
-        tasks = [*queue.tasks(), *runner.tasks(), *titles.jobs]
+        tasks = [*runner.tasks(), *titles.jobs]
         if not tasks:
             return
         remaining = deadline - time.monotonic()

@@ -1,5 +1,6 @@
 """What a socket asks of a session's runs besides a new message (chatapp/live/queue.py `submit`): retry a
-reply, a new version of it (regenerated, or its message edited), show another version, stop."""
+reply, a new version of it (regenerated, or its message edited), show another version, stop (a run, or a
+message waiting for its run: both through the engine's `cancel_run`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from sessions_core.branches import RunNotFoundError, SessionBusyError
 from sessions_core.component import Component
 from sessions_core.models import ChatSession, Run, RunStatus
 
-from .. import assistants
+from .. import assistants, rendering
 from ..broadcast import abroadcast_to_session
 from . import fragments, leases, queue, runner
 
 
-async def regenerate(session: ChatSession, user, run_id: str, text: str | None = None) -> queue.Pending | None:
+async def regenerate(session: ChatSession, user, run_id: str, text: str | None = None) -> runner.Prompt | None:
     """A new version of one of the session's replies: its input again (or `text`, edited), from the state as
     of that run's start; None if the run is not one of this session's."""
     run = await Run.objects.filter(session_id=session.pk, run_id=run_id, parent_run__isnull=True).only(
@@ -25,7 +26,7 @@ async def regenerate(session: ChatSession, user, run_id: str, text: str | None =
     return await queue.submit(session, user, run.input if text is None else text, branch=branch)
 
 
-async def retry(session: ChatSession, user, run_id: str) -> queue.Pending | None:
+async def retry(session: ChatSession, user, run_id: str) -> runner.Prompt | None:
     """Send a run's input again as a new run; None if the run is not one of this session's."""
     run = await Run.objects.filter(session_id=session.pk, run_id=run_id).only("input").afirst()
     if run is None or not run.input:
@@ -50,10 +51,10 @@ async def stop(session: ChatSession, run_id: str = "", queued_id: str = "") -> b
     stopped by the engine (`Component.acancel_run`), wherever it runs: at once in this process, at its
     next heartbeat in another. False if there was nothing to stop."""
     if queued_id:
-        return await queue.drop(session, queued_id)
+        return await _drop(session, queued_id)
     current = runner.live_run(session.pk)
-    if not run_id and current is None and queue.stop_before_start(session.pk):
-        return True  # no run yet: it is cancelled as it starts
+    if not run_id and current is None and await runner.stop_before_start(session.pk):
+        return True  # no run yet: it is cancelled where it waits, or as it starts
     run_id = run_id or (current.run_id if current else "")
     if current is None or current.run_id != run_id:
         running = Run.objects.filter(session_id=session.pk, status=RunStatus.RUNNING)
@@ -69,3 +70,14 @@ async def stop(session: ChatSession, run_id: str = "", queued_id: str = "") -> b
                 await abroadcast_to_session(session.pk, html)
             return bool(html)
     return await Component.acancel_run(run_id)
+
+
+async def _drop(session: ChatSession, run_id: str) -> bool:
+    """Stop a message waiting for its run (a queued run of this session), wherever it waits."""
+    if not await Run.objects.filter(session_id=session.pk, run_id=run_id, status=RunStatus.QUEUED).aexists():
+        return False
+    stopped = await Component.acancel_run(run_id)
+    if stopped:
+        await abroadcast_to_session(session.pk, rendering.render_delete("li", f"queued-{run_id}")
+                                    + rendering.render_status("Queued message removed."))
+    return stopped

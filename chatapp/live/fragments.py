@@ -165,7 +165,7 @@ def missed(session_pk: int, last_run: str | None, running: str, skip: str) -> tu
     """Runs a page has not seen: newer than `last_run` (None: the page did not say), and the final form
     of runs it shows as running. Also whether the run `skip` (in flight: the caller draws it) is new to
     the page. Reads the database."""
-    runs = Run.objects.filter(session_id=session_pk, parent_run__isnull=True)
+    runs = Run.objects.begun().filter(session_id=session_pk, parent_run__isnull=True)
     parts, skip_is_new = [], False
     if last_run is not None:
         anchor = runs.filter(run_id=last_run).values_list("pk", flat=True).first() if last_run else 0

@@ -1,7 +1,8 @@
 """A run of the web chat: a message handed to the engine, and its events pumped to the session's group as
 HTML for every tab of the session. One task per run, outliving the socket that asked for it:
 
-    RunStarted       the run's fragment appended to #transcript
+    RunQueued        the message shown waiting in #queue (another run holds the session)
+    RunStarted       the run's fragment appended to #transcript (its queued note removed)
     RunContent       the reply so far as sanitized markdown, in numbered batches (`chat.tokens`, below)
     ToolCall*        a tool row appended to #tools-<run_id>, then replaced with its result
     StepStarted      a step's row (a team member's, from its RunStarted) appended to #steps-<parent run id>,
@@ -38,6 +39,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from sessions_core.component import Component
+from sessions_core.errors import QueuedRunTakenError
 from sessions_core.events import RunEvent
 from sessions_core.models import ChatSession, NameSource, RunStatus
 from sessions_core.run.lifecycle import LEASE_SECONDS
@@ -64,7 +66,9 @@ class Prompt:
     session: ChatSession | None = None  # the row as the socket read it just now (a message that runs at once)
     fallback_title: str = ""  # the unnamed session's name from this message, stored with the run's end
     cancelled: bool = False
-    run_id: str = ""  # its run's, once that has started
+    run_id: str = ""  # its run's (given to the engine for a new message; a new version's, once it started)
+    adopt: bool = False  # a queued run whose process stopped, taken over (queue.adopt_orphans)
+    stored: asyncio.Event = field(default_factory=asyncio.Event)  # its run is stored (queued or started), or over
 
 
 class Mark(NamedTuple):
@@ -142,6 +146,7 @@ class LiveRun:
 
 
 _live: dict[int, LiveRun] = {}  # session pk -> its run in flight here
+_not_started: dict[int, list[Prompt]] = {}  # session pk -> messages of this process whose run has not started
 _tasks: set[asyncio.Task] = set()
 # Live runs still referenced (by their task until their final form is sent, or by a socket's check): a run
 # of this process missing here has been announced.
@@ -171,10 +176,34 @@ def name_new_chat(session: ChatSession, item: Prompt) -> None:
 
 def start(session_pk: int, owner_pk: int | None, item: Prompt) -> asyncio.Task:
     """Run `item` on the session in a task of its own; the task ends when the run's final form is sent."""
+    _not_started.setdefault(session_pk, []).append(item)
     task = asyncio.create_task(_run(session_pk, owner_pk, item), name=f"chat-run-{session_pk}")
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
+    task.add_done_callback(lambda _: _started_or_gone(session_pk, item))
     return task
+
+
+def _started_or_gone(session_pk: int, item: Prompt) -> None:
+    item.stored.set()
+    waiting = _not_started.get(session_pk, [])
+    if item in waiting:
+        waiting.remove(item)
+    if not waiting:
+        _not_started.pop(session_pk, None)
+
+
+async def stop_before_start(session_pk: int) -> bool:
+    """Stop pressed with no run shown: the oldest message of this process whose run has not started is
+    cancelled (by the engine, which holds it queued or starts it cancelled)."""
+    waiting = _not_started.get(session_pk)
+    if not waiting:
+        return False
+    item = waiting[0]
+    item.cancelled = True
+    if item.run_id:
+        await Component.acancel_run(item.run_id)
+    return True
 
 
 async def report_failure(session_pk: int) -> None:
@@ -183,6 +212,7 @@ async def report_failure(session_pk: int) -> None:
 
 # What each engine event means to a live run, whichever kind of component runs it (agent, team, workflow).
 _ROLES = {
+    RunEvent.run_queued: "queued",
     **dict.fromkeys((RunEvent.run_started, RunEvent.team_run_started, RunEvent.workflow_started), "started"),
     **dict.fromkeys((RunEvent.run_content, RunEvent.team_run_content), "content"),
     **dict.fromkeys((RunEvent.tool_call_started, RunEvent.tool_call_completed, RunEvent.team_tool_call_started,
@@ -208,16 +238,21 @@ class _End:
 _FLUSH = object()  # queued by the batch timer: send the text gathered so far
 
 
+async def _current(session_pk: int, owner_pk: int | None, item: Prompt) -> ChatSession | None:
+    """The session's row as it is now (None if it is gone), named after the message if it has no name."""
+    await aclose_old_connections()  # a long-lived server: drop connections that went stale while idle
+    session = await ChatSession.objects.for_user(owner_pk).filter(pk=session_pk).afirst()
+    if session is not None and item.fallback_title and not session.name:
+        session.name, session.name_source = item.fallback_title, NameSource.FALLBACK
+    return session
+
+
 async def _run(session_pk: int, owner_pk: int | None, item: Prompt) -> None:
     try:
-        session = item.session  # read by the socket a moment ago
-        if session is None:  # the message waited (or was adopted): read the row as it is now
-            await aclose_old_connections()  # a long-lived server: drop connections that went stale while idle
-            session = await ChatSession.objects.for_user(owner_pk).filter(pk=session_pk).afirst()
-            if session is None:
-                return
-            if item.fallback_title and not session.name:
-                session.name, session.name_source = item.fallback_title, NameSource.FALLBACK
+        # Read by the socket a moment ago; else (the session is busy, or the message was adopted) now.
+        session = item.session or await _current(session_pk, owner_pk, item)
+        if session is None:
+            return
         try:
             agent = assistants.get_assistant(session.component_id)
         except KeyError:
@@ -237,8 +272,10 @@ async def _read(agent, session: ChatSession, item: Prompt, events: asyncio.Queue
     """The engine's stream, read by a task of its own: the pump waits on the queue (and the batch timer)
     without ever interrupting a read."""
     options = dict(session_id=session.session_id, user_id=item.user, stream=True, stream_events=True)
-    if item.branch is None:
-        stream = agent.arun(item.text, **options)
+    if item.adopt:
+        stream = agent.arun(None, run_id=item.run_id, **options)
+    elif item.branch is None:
+        stream = agent.arun(item.text, run_id=item.run_id, **options)
     elif item.branch[1] == "edit":
         stream = agent.aedit_and_rerun(item.branch[0], item.text, **options)
     else:
@@ -251,6 +288,8 @@ async def _read(agent, session: ChatSession, item: Prompt, events: asyncio.Queue
                     # call, and sees the stop as soon as it resumes.
                     await Component.acancel_run(event.run_id)
                 events.put_nowait(event)
+    except QueuedRunTakenError:  # another process took this queued run over a moment before: it runs there
+        pass
     except Exception as exc:  # noqa: BLE001 - handed to the pump, which raises it
         events.put_nowait(exc)
     finally:
@@ -258,14 +297,14 @@ async def _read(agent, session: ChatSession, item: Prompt, events: asyncio.Queue
 
 
 async def _pump(session: ChatSession, item: Prompt, agent) -> None:
-    pk = session.pk
+    pk, owner_pk = session.pk, session.owner_id
     events: asyncio.Queue = asyncio.Queue()
     reader = asyncio.create_task(_read(agent, session, item, events), name=f"chat-run-events-{pk}")
     batch = settings.CHAT_STREAM_BATCH_SECONDS
     loop = asyncio.get_running_loop()
     timer: asyncio.TimerHandle | None = None  # puts _FLUSH in the queue when the batch is due
     live: LiveRun | None = None
-    done = False
+    done = queued = False
     try:
         while True:
             event = await events.get()
@@ -280,9 +319,21 @@ async def _pump(session: ChatSession, item: Prompt, agent) -> None:
             kind = event_role(event)
             if live is not None and event.run_id != live.run_id and kind != "state":
                 await _step_event(pk, live, kind, event)  # a workflow's step, a team's member
+            elif kind == "queued":
+                item.stored.set()
+                session, queued = None, True  # the row is read as it is when the run starts
+                note = rendering.render_oob(rendering.render_queued(event), "beforeend:#queue")
+                await abroadcast_to_session(pk, note + rendering.render_status(fragments.QUEUED_STATUS))
             elif kind == "started":
+                if session is None:
+                    session = await _current(pk, owner_pk, item)
+                    if session is None:
+                        return
                 live = LiveRun(fragments.started_run(event))
-                await _started(session, item, live)
+                await _started(session, item, live, queued)
+            elif kind == "cancelled" and live is None and queued:  # stopped while it waited: it never began
+                await abroadcast_to_session(pk, rendering.render_delete("li", f"queued-{event.run_id}")
+                                            + rendering.render_status("Queued message removed."))
             elif live is None:
                 continue
             elif kind == "content":
@@ -351,7 +402,9 @@ async def _step_event(session_pk: int, live: LiveRun, kind: str | None, event) -
         await abroadcast_to_session(session_pk, await sync_to_async(fragments.step_done_html)(event.run_id, member))
 
 
-async def _started(session: ChatSession, item: Prompt, live: LiveRun) -> None:
+async def _started(session: ChatSession, item: Prompt, live: LiveRun, queued: bool) -> None:
+    item.stored.set()
+    _started_or_gone(session.pk, item)
     # Drawn from the event (no query) while the engine goes on to the model: no database read and no
     # trip through the thread the engine's queries use. A new version redraws the transcript instead.
     pk = session.pk
@@ -363,6 +416,8 @@ async def _started(session: ChatSession, item: Prompt, live: LiveRun) -> None:
         html = await sync_to_async(fragments.branch_html)(pk, session.owner_id)
     else:
         html = fragments.started_html(live.run)
+    if queued or item.adopt:
+        html += rendering.render_delete("li", f"queued-{live.run_id}")
     await abroadcast_to_session(pk, html + rendering.render_status("Generating a reply…"))
     # The sidebar row, running and at the top (with the fallback title of a new chat), as the engine's
     # start has just stored it (its lease, its last activity): beside the reply's first text rather

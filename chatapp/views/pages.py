@@ -61,7 +61,7 @@ def _start_chat(user, assistant_id: str, text: str) -> ChatSession:
                                           metadata=assistant.metadata, name=fallback_title(text),
                                           name_source=NameSource.FALLBACK)
         session.apply_state_change(assistant.session_state, "defaults")
-        store_first_message(session, user, text)
+        store_first_message(session, text)
     return session
 
 

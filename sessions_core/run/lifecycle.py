@@ -6,10 +6,11 @@ run's status is made here:
 A run that finds its session's lease held (or live runs queued before it) is stored `queued`, with its
 input, and starts in order once the lease is free. The process waiting to start it renews the run's
 `claimed_until`; a queued run whose process has stopped is an orphan, which any process that serves
-the session may take over (`orphans`). A running run holds the session's lease and renews it with a
-heartbeat; a lease that expires means its process stopped, and the next start marks that run
-`interrupted`. `paused` (a run waiting for a person) holds no lease. `cancel` stops a run in any of
-the open statuses, from any process.
+the session may take over (`orphans`). A queued run that is cancelled never began: its row is deleted,
+so the transcript, the branches and the history never see it. A running run holds the session's lease
+and renews it with a heartbeat; a lease that expires means its process stopped, and the next start
+marks that run `interrupted`. `paused` (a run waiting for a person) holds no lease. `cancel` stops a
+run in any of the open statuses, from any process.
 
 Each transition is one conditional UPDATE (`status` must still be what the transition leaves), so two
 processes never both move the same run.
@@ -30,7 +31,7 @@ HEARTBEAT_SECONDS = 10  # how often a running run renews its lease (and a queued
 # Which status each status may move to (None: a new run).
 TRANSITIONS = {
     None: {RunStatus.QUEUED, RunStatus.RUNNING},
-    RunStatus.QUEUED: {RunStatus.RUNNING, RunStatus.CANCELLED},
+    RunStatus.QUEUED: {RunStatus.RUNNING},  # cancelled, it is deleted (it never began)
     RunStatus.RUNNING: {RunStatus.PAUSED, RunStatus.COMPLETED, RunStatus.ERROR, RunStatus.CANCELLED,
                         RunStatus.INTERRUPTED},
     RunStatus.PAUSED: {RunStatus.RUNNING, RunStatus.CANCELLED},
@@ -101,9 +102,22 @@ def queued_ahead(session_pk: int, run_pk: int | None, now, alias: str) -> bool:
 
 
 def queue(alias: str, now, **fields) -> Run:
-    """A new run, stored as waiting for its session's lease."""
+    """A new run, stored as waiting for its session's lease by the process that will start it."""
     return Run.objects.using(alias).create(status=RunStatus.QUEUED, claimed_until=expiry(now), created_at=now,
                                            **fields)
+
+
+def enqueue(session: ChatSession, text: str, alias: str = "default") -> Run:
+    """A message to run on the session when a process next serves it (the web's new chat stores its first
+    message so, for the chat page to run): a queued run no process waits for yet (`orphans`)."""
+    return Run.objects.using(alias).create(session=session, status=RunStatus.QUEUED, kind=session.kind,
+                                           component_id=session.component_id, input=text)
+
+
+def drop_queued(run_id: str, alias: str) -> bool:
+    """A queued run is cancelled: it never began, so its row goes. True if it was queued."""
+    deleted, _ = Run.objects.using(alias).filter(run_id=run_id, status=RunStatus.QUEUED).delete()
+    return bool(deleted)
 
 
 def still_queued(run_pk: int, alias: str) -> bool:
@@ -174,9 +188,8 @@ def cancel(run_id: str, alias: str = "default") -> bool:
 def cancel_stored(run_id: str, alias: str = "default") -> bool:
     """`cancel`'s part in the database: True if the stored run was open."""
     runs = Run.objects.using(alias).filter(run_id=run_id)
-    now = timezone.now()
-    if _move(runs, RunStatus.QUEUED, RunStatus.CANCELLED, finished_at=now, claimed_until=None):
+    if drop_queued(run_id, alias):
         return True
-    if _move(runs, RunStatus.PAUSED, RunStatus.CANCELLED, finished_at=now):
+    if _move(runs, RunStatus.PAUSED, RunStatus.CANCELLED, finished_at=timezone.now()):
         return True
     return bool(runs.filter(status=RunStatus.RUNNING).update(cancel_requested=True))

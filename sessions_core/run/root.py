@@ -26,6 +26,7 @@ from .. import prompt
 from .. import state as state_module
 from ..branches import start_branch
 from ..bridge import call_sync
+from ..errors import QueuedRunTakenError
 from ..events import BaseRunEvent, RunQueuedEvent, SessionSummaryCompletedEvent, SessionSummaryStartedEvent
 from ..history import ChatMessage
 from ..models import ChatSession, Role, Run, RunStatus
@@ -74,7 +75,7 @@ class RootRun(BaseRun):
         self.run_state = session_state
         self.branch = branch  # (run id, "regenerate" | "edit"): a sibling of that run (branches.py)
         # `arun(None, run_id=...)` of a queued run whose process stopped takes it over (lifecycle.orphans).
-        self.adopting = input is None and run_id is not None
+        self.adopting = input is None and run_id is not None and branch is None
         self.lease_token = secrets.token_hex(16)
         self.queued_pk: int | None = None  # its row while it waits
         self.start = Start()
@@ -168,7 +169,7 @@ class RootRun(BaseRun):
             self._begin(start)
             await self._finish(RunStatus.CANCELLED, "")
         elif self.queued_pk is not None:
-            await call_sync(lifecycle.cancel, self.run_id, self.alias)
+            await call_sync(lifecycle.drop_queued, self.run_id, self.alias)
 
     def _begin(self, start: Start) -> None:
         self.start = start
@@ -202,7 +203,9 @@ class RootRun(BaseRun):
                 session = store.new_session(self.session_id, self.user_ref, self.config, alias, now)
             if self.adopting:
                 self._adopt(session, now)
-            if self.queued_pk is not None and not lifecycle.still_queued(self.queued_pk, alias):
+            if self.queued_pk is not None and (registry.stop_requested(self.run_id)
+                                               or not lifecycle.still_queued(self.queued_pk, alias)):
+                lifecycle.drop_queued(self.run_id, alias)  # cancelled while it waited (here, or anywhere)
                 return Start(cancelled=True, session_pk=session.pk)
             if lifecycle.lease_live(session, now) or lifecycle.queued_ahead(session.pk, self.queued_pk, now, alias):
                 if self.queued_pk is None:
@@ -217,8 +220,7 @@ class RootRun(BaseRun):
         """Take over the queued run `run_id` of this session, whose process stopped: its stored input runs."""
         run = lifecycle.claim_orphan(self.run_id, session.pk, self.alias, now)
         if run is None:
-            raise ValueError(f"Run {self.run_id} is not a queued run of session {self.session_id} "
-                             "whose process has stopped.")
+            raise QueuedRunTakenError(self.run_id, self.session_id)
         self.adopting = False
         self.queued_pk = run.pk
         self.input = self.output.input = self.raw_input = run.input

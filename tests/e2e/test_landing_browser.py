@@ -9,8 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from chatapp.models import QueuedMessage
-from sessions_core.models import ChatSession
+from sessions_core.models import ChatSession, Run, RunStatus
 from tests.e2e.conftest import log_in
 from tests.e2e.test_ux_browser import open_chat, watch_console
 from tests.factories import make_run, make_session, make_user
@@ -50,7 +49,7 @@ def test_a_new_user_lands_in_a_chat_and_its_first_message_creates_it(page, daphn
     expect(page.locator("#state-panel")).to_contain_text("milk")
     session = ChatSession.objects.get()
     assert session.component_id == "shopping" and session.session_state == {"shopping_list": ["milk"]}
-    assert not QueuedMessage.objects.exists()
+    assert not Run.objects.filter(status=RunStatus.QUEUED).exists()
     row = page.locator(f"#session-item-{session.pk}")
     expect(row.locator(".session-link")).to_have_attribute("aria-current", "page")
     expect(page.locator("#composer-text")).to_be_focused()
