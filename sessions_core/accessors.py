@@ -23,6 +23,7 @@ from .history import ChatMessage, chat_history
 from .models import ChatSession, Message, NameSource, Run, RunStatus
 from .outputs import RunOutput
 from .owners import owned_session, required_session_id, sessions_of, user_label, validate_session_id
+from .run import lifecycle
 from .storable import storable
 from .summary import SessionSummary
 
@@ -132,7 +133,7 @@ class SessionAccessors:
             if run is None:
                 return None
             if run.status == RunStatus.RUNNING and not session.is_running:  # its process stopped mid-run
-                runs.filter(pk=run.pk).settle_abandoned()
+                lifecycle.settle_abandoned(runs.filter(pk=run.pk))
                 run.refresh_from_db(using=self.db_alias)
             return self._run_output(session, run)
 

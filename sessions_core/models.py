@@ -197,19 +197,6 @@ class RunQuerySet(models.QuerySet):
         return self.filter(Q(session__lease_expires_at__isnull=True) | Q(session__lease_expires_at__lte=now),
                            status=RunStatus.RUNNING)
 
-    def interrupt_abandoned(self, now=None) -> int:
-        """Mark the abandoned runs among these as interrupted, as the session's next run would; how many."""
-        now = now or timezone.now()
-        return self.abandoned(now).update(status=RunStatus.INTERRUPTED, finished_at=now, error=INTERRUPTED_ERROR)
-
-    def settle_abandoned(self, now=None) -> list[int]:
-        """Mark the abandoned runs among these interrupted; their pks (a read first: usually there are none)."""
-        now = now or timezone.now()
-        pks = list(self.abandoned(now).values_list("pk", flat=True))
-        if pks:
-            self.filter(pk__in=pks).interrupt_abandoned(now)
-        return pks
-
     def usage(self) -> dict:
         """{"runs", "input_tokens", "output_tokens", "unknown_usage"} of these runs, summed in the database from
         their metrics; `unknown_usage` counts the runs whose tokens were never reported (stopped, failed), which

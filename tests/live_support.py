@@ -18,7 +18,7 @@ from chatapp import live
 from chatapp.asgi import application
 from chatapp.assistants import reset_assistants
 from chatapp.broadcast import asend_to_session
-from chatapp.live import fragments, runner
+from chatapp.live import fragments, streaming
 from sessions_core.models import Run
 from tests.llm_server import summary_responder
 
@@ -174,7 +174,7 @@ class AnotherProcess:
 
     def __init__(self, session_pk: int, run_id: str):
         self.session_pk, self.run_id = session_pk, run_id
-        self.live = runner.LiveRun(fragments.StreamedRun(run_id))
+        self.live = streaming.LiveRun(fragments.StreamedRun(run_id))
 
     def write(self, text: str) -> dict:
         """The model writes `text`: the batch that process sends for it."""

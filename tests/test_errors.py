@@ -15,6 +15,7 @@ from django.utils import timezone
 from sessions_core import Agent, RunContext, RunEvent, SessionIdNotSetError, SessionNotFoundError
 from sessions_core.llm import OpenAIChat
 from sessions_core.models import ChatSession, Message, Run, RunStatus, StateChange
+from sessions_core.run import lifecycle
 from tests.engine_helpers import EngineTestMixin, Gate, RefuseFinishOnce, astream_all, kinds, of_kind, stream_all
 from tests.factories import make_session
 from tests.llm_server import Cut, Error, Hang, Malformed, Text, ToolCalls
@@ -505,8 +506,8 @@ class TestStaleLease(EngineTestMixin, TestCase):
         Run.objects.create(session=sessions["released"], status=RunStatus.COMPLETED, input="done")
 
         assert set(Run.objects.abandoned().values_list("input", flat=True)) == {"expired", "released"}
-        assert Run.objects.filter(session=sessions["expired"]).interrupt_abandoned() == 1
-        assert Run.objects.interrupt_abandoned() == 1  # "released": the other one is done already
+        assert lifecycle.settle_abandoned(Run.objects.filter(session=sessions["expired"])) == [runs["expired"].pk]
+        assert lifecycle.settle_abandoned(Run.objects.all()) == [runs["released"].pk]  # the other one is done already
         statuses = dict(Run.objects.values_list("input", "status"))
         assert statuses == {"leased": RunStatus.RUNNING, "expired": RunStatus.INTERRUPTED,
                             "released": RunStatus.INTERRUPTED, "done": RunStatus.COMPLETED}

@@ -122,7 +122,7 @@ def test_a_run_that_ends_while_its_database_is_down_is_stored_once_it_is_back(ow
 
 def test_a_run_whose_database_stays_down_ends_as_an_error_and_writes_nothing(own_postgres, agent,  # noqa: F811
                                                                              llm_server, monkeypatch):
-    monkeypatch.setattr("sessions_core.run.root.FINISH_RETRY_SECONDS", 0.5)
+    monkeypatch.setattr("sessions_core.run.finish.FINISH_RETRY_SECONDS", 0.5)
     hold = threading.Event()
     llm_server.add(Text(REPLY, wait_event=hold))
     stream = streamed_to_the_first_word(agent)

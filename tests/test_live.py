@@ -17,7 +17,7 @@ from django.utils.safestring import SafeString
 
 from chatapp import live, rendering, titles
 from chatapp.broadcast import session_group, user_group
-from chatapp.live import fragments, runner
+from chatapp.live import fragments, queue, streaming
 from sessions_core.events import RunStartedEvent
 from sessions_core.models import ChatSession, NameSource, Run, RunStatus
 from sessions_core.run import lifecycle
@@ -56,7 +56,7 @@ class TestFragments(SimpleTestCase):
         assert rendering.render_delete("li", "queued-q1") == '<li id="queued-q1" hx-swap-oob="delete"></li>'
 
     def test_a_batch_waits_for_the_batch_time_or_the_drawings_share_whichever_is_longer(self):
-        run = runner.LiveRun(fragments.StreamedRun("r1"))
+        run = streaming.LiveRun(fragments.StreamedRun("r1"))
         assert run.flush_wait(0.03, now=100.0) < 0  # the first text goes at once
         run.last_flush, run.pace = 100.0, 0.01  # a paragraph's drawing: the batch time rules
         assert run.flush_wait(0.03, now=100.0) == pytest.approx(0.03)
@@ -154,6 +154,8 @@ class TestRunTasks(LiveTaskTests):
 
     async def test_a_queued_message_can_be_dropped_before_it_runs(self):
         session, channel, hold, (_, second, _) = await self.send_three_while_the_first_is_held()
+        runs = [(r.input, r.status) async for r in Run.objects.order_by("pk")]
+        assert runs == [("one", RunStatus.RUNNING), ("two", RunStatus.QUEUED), ("three", RunStatus.QUEUED)]
         assert await live.stop(session, queued_id=second.run_id)
         removed = await self.next_message(channel, lambda m: 'hx-swap-oob="delete"' in m.get("html", ""))
         assert f'<li id="queued-{second.run_id}" hx-swap-oob="delete">' in removed["html"]
@@ -309,6 +311,19 @@ class TestStoredQueue(LiveTaskTests):
         assert await live.stop(session, queued_id=orphan.run_id)
         await settle()
         assert not await Run.objects.aexists() and self.llm.requests == []
+
+    @override_settings(CHAT_LEASE_GRACE_SECONDS=0.01)
+    async def test_a_message_another_process_waits_for_is_taken_over_when_that_process_stops(self):
+        self.llm.responder = echo_reply
+        # Claimed by a process that stops now: its claim is not renewed and runs out in a moment.
+        waiting = await Run.objects.acreate(session=self.session, status=RunStatus.QUEUED, input="left waiting",
+                                            claimed_until=timezone.now() + timedelta(seconds=0.2))
+        session = await ChatSession.objects.aget(pk=self.session.pk)
+        assert not await live.adopt_orphans(session)  # still claimed
+        await queue.adopt_when_orphaned(session)  # returns once nothing waits elsewhere
+        await settle()
+        run = await Run.objects.aget(pk=waiting.pk)
+        assert (run.status, run.content) == (RunStatus.COMPLETED, "reply left waiting")
 
     async def test_two_adoptions_at_once_run_each_message_once(self):
         self.llm.responder = echo_reply

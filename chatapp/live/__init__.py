@@ -4,6 +4,7 @@ tab of their session through the channel layer, stopped, queued, and caught up w
 
     queue.py      messages handed to their runs; the runs the engine holds queued, and orphans taken over
     runner.py     a run: the message handed to the engine, its events pumped to the session's group
+    streaming.py  a run this process is streaming: its text, its numbered token batches, its tool rows
     fragments.py  HTML for a run's events, from view objects made from them; runs drawn from the database
     follower.py   one per socket: the catch-up when it connects, token batches applied in order, gaps filled
     actions.py    what a socket asks besides a message: retry, regenerate or edit, another version, stop

@@ -12,7 +12,7 @@ from sessions_core.models import ChatSession, Run, RunStatus
 
 from .. import assistants, rendering
 from ..broadcast import abroadcast_to_session
-from . import fragments, leases, queue, runner
+from . import fragments, leases, queue, runner, streaming
 
 
 async def regenerate(session: ChatSession, user, run_id: str, text: str | None = None) -> runner.Prompt | None:
@@ -52,7 +52,7 @@ async def stop(session: ChatSession, run_id: str = "", queued_id: str = "") -> b
     next heartbeat in another. False if there was nothing to stop."""
     if queued_id:
         return await _drop(session, queued_id)
-    current = runner.live_run(session.pk)
+    current = streaming.live_run(session.pk)
     if not run_id and current is None and await runner.stop_before_start(session.pk):
         return True  # no run yet: it is cancelled where it waits, or as it starts
     run_id = run_id or (current.run_id if current else "")

@@ -34,8 +34,8 @@ from django.conf import settings
 from sessions_core.models import ChatSession, Run, RunStatus
 
 from .. import dbthreads, rendering
-from . import fragments, leases, queue, runner
-from .runner import Mark
+from . import fragments, leases, queue, streaming
+from .streaming import Mark
 
 ID_MAX = 64  # the longest run or queued id a socket may send
 STORED_READ_SECONDS = 1.0  # about how often the engine stores a streaming run's text
@@ -71,10 +71,12 @@ class Follower:
         self.next_read: dict[str, float] = {}  # run id -> when its stored form may be read again
         self.watcher: asyncio.Task | None = None  # watches the lease of a run in another process...
         self.watched = ""  # ...this one
+        self.queue_watcher: asyncio.Task | None = None  # takes over queued runs whose process stops
 
     def close(self) -> None:
-        if self.watcher is not None:
-            self.watcher.cancel()
+        for watcher in (self.watcher, self.queue_watcher):
+            if watcher is not None:
+                watcher.cancel()
         for task in self.tasks:
             task.cancel()
 
@@ -83,7 +85,7 @@ class Follower:
         params = parse_qs(query_string.decode("latin-1"), keep_blank_values=True)
         first = {key: values[0] for key, values in params.items() if values}
         pk = self.session.pk
-        current = runner.live_run(pk)
+        current = streaming.live_run(pk)
         # Taken now: later batches are numbered past its mark, or are skipped.
         snapshot = current.snapshot() if current else None
         # Whether another process runs it, as the row read when the socket connected says (a run that
@@ -107,9 +109,11 @@ class Follower:
             await self.send(rendering.render_queue(rows))
         if first.get("reconnect"):
             await self.send(await dbthreads.run(fragments.state_panel_html, pk, self.session.owner_id))
-        # Messages queued in a process that has stopped run now, here (the page sees them start).
+        # Messages queued in a process that has stopped run now, here (the page sees them start); those
+        # another process waits for, once their claims run out should it stop.
         if idle and rows:
             await queue.adopt_orphans(self.session)
+            self._watch_queue()
         if snapshot is not None:
             run, calls, mark = snapshot
             await self.send(await dbthreads.run(fragments.streamed_html, run, calls, append))
@@ -132,10 +136,16 @@ class Follower:
             await asyncio.sleep(left + settings.CHAT_LEASE_GRACE_SECONDS)  # a deadline, not a wait on a condition
         settled = await leases.settle_abandoned(pk)
         await queue.adopt_orphans(self.session)
+        self._watch_queue()
         html, _ = await dbthreads.run(fragments.missed, pk, None, run_id, "")  # its final form, whoever ended it
         if html:
             self._ended(run_id)
             await self.send(html + (rendering.render_status(*fragments.INTERRUPTED_NOTE) if settled else ""))
+
+    def _watch_queue(self) -> None:
+        if self.queue_watcher is None or self.queue_watcher.done():
+            self.queue_watcher = asyncio.create_task(queue.adopt_when_orphaned(self.session),
+                                                     name=f"chat-queue-watch-{self.session.pk}")
 
     def _ended(self, run_id: str) -> None:
         self.have.pop(run_id, None)
@@ -153,10 +163,10 @@ class Follower:
         mark = self.have.get(run_id)
         if mark is not None and seq <= mark.seq:
             return  # covered already: by a frame drawn from the run itself, or by the catch-up
-        current = runner.live_run(self.session.pk)
+        current = streaming.live_run(self.session.pk)
         if current is not None and current.run_id == run_id:
             await self._draw(current, mark, seq)
-        elif event["origin"] == runner.PROCESS:
+        elif event["origin"] == streaming.PROCESS:
             self._check_done(run_id)
         else:
             if mark is None and seq == 1:
@@ -166,7 +176,7 @@ class Follower:
             else:
                 await self._from_stored(event)
 
-    async def _draw(self, live: runner.LiveRun, mark: Mark | None, seq: int) -> None:
+    async def _draw(self, live: streaming.LiveRun, mark: Mark | None, seq: int) -> None:
         """A run of this process: what the page is behind on, drawn from the run itself."""
         if mark is None and seq > 1:
             # Its first batch never came, so neither may have the run's fragment before it: the whole run
@@ -213,7 +223,7 @@ class Follower:
             task.add_done_callback(self.tasks.discard)
 
     async def _check_done_later(self, run_id: str) -> None:
-        live = runner.recent_run(run_id)
+        live = streaming.recent_run(run_id)
         if live is not None:  # its final form is being sent: the note must queue behind it
             with suppress(TimeoutError):
                 await asyncio.wait_for(live.announced.wait(), ANNOUNCE_WAIT_SECONDS)

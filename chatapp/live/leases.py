@@ -8,6 +8,7 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from sessions_core.models import ChatSession, Run, RunStatus
+from sessions_core.run import lifecycle
 
 from .. import rendering
 from .fragments import INTERRUPTED_NOTE
@@ -34,7 +35,7 @@ def may_have_abandoned(session: ChatSession) -> bool:
 
 def _settle_abandoned(session_pk: int) -> str:
     runs = Run.objects.filter(session_id=session_pk)
-    abandoned = runs.settle_abandoned()
+    abandoned = lifecycle.settle_abandoned(runs)
     if not abandoned:
         return ""
     settled = runs.filter(pk__in=abandoned).exclude(status=RunStatus.RUNNING).order_by("pk")

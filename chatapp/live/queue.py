@@ -5,6 +5,7 @@ stopped (a restart) is taken over by the next process that serves the session (`
 
     submit(session, user, text, branch=None) -> Prompt   hand a message to a run task of its own
     adopt_orphans(session) -> bool                       run the queued runs no process waits for
+    adopt_when_orphaned(session)                         ...and those of other processes as their claims run out
     waiting(session_pk) / queued(session_pk)             the queued runs, oldest first (sync / async)
     store_first_message(session, text)                   a new chat's first message, for its page to run
 
@@ -14,7 +15,10 @@ run once it starts; Stop of a queued message is the engine's `cancel_run` (chata
 
 from __future__ import annotations
 
+import asyncio
+
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from sessions_core.models import ChatSession, Run, RunStatus
@@ -67,3 +71,15 @@ async def adopt_orphans(session: ChatSession) -> bool:
         runner.name_new_chat(session, item)
         runner.start(session.pk, session.owner_id, item)
     return True
+
+
+async def adopt_when_orphaned(session: ChatSession) -> None:
+    """Take over the session's queued runs that another process waits for if that process stops (their
+    claims run out), until none is left waiting elsewhere."""
+    while True:
+        mine = runner.waiting_run_ids(session.pk)
+        left = await sync_to_async(lifecycle.claim_left)(session.pk, exclude=mine)
+        if left is None:
+            return
+        await asyncio.sleep(left + settings.CHAT_LEASE_GRACE_SECONDS)  # a deadline, not a wait on a condition
+        await adopt_orphans(session)

@@ -12,12 +12,9 @@ HTML for every tab of the session. One task per run, outliving the socket that a
     RunError / ...   #run-<run_id>; the sidebar row to the user's group; a title in the background
     SessionSummary   the summary in the state panel
 
-Token batches go out at most every CHAT_STREAM_BATCH_SECONDS (the first text at once): {"type":
-"chat.tokens", "run_id", "seq" (1, 2, ... per run), "origin" (names this process), "keep", "html" (the
-frame drawn once here for every socket: keep the reply's first `keep` elements, then this; see
-chatapp/markdown_stream.py), "elements" (the reply's completed elements after this batch)}.
-
-While it runs, the process keeps it in memory (`LiveRun`), for its sockets that are behind (follower.py).
+Token batches (streaming.py) go out at most every CHAT_STREAM_BATCH_SECONDS, the first text at once.
+While it runs, the process keeps it in memory (`streaming.LiveRun`), for its sockets that are behind
+(follower.py).
 """
 
 from __future__ import annotations
@@ -25,13 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
-import weakref
 from collections.abc import Iterable
 from contextlib import aclosing, suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import NamedTuple
 
 from asgiref.sync import sync_to_async
 from channels.db import aclose_old_connections
@@ -46,14 +40,10 @@ from sessions_core.run.lifecycle import LEASE_SECONDS
 
 from .. import assistants, dbthreads, rendering, state_view, titles
 from ..broadcast import abroadcast_to_session, asend_to_session, push_row
-from ..markdown_stream import ReplyStream
 from . import fragments, leases
-from .fragments import StreamedRun
+from .streaming import LiveRun, done_streaming, streaming
 
 logger = logging.getLogger("chatapp.live")
-
-PROCESS = uuid.uuid4().hex  # names this process in the token batches it sends (`origin`)
-
 
 @dataclass
 class Prompt:
@@ -71,98 +61,10 @@ class Prompt:
     stored: asyncio.Event = field(default_factory=asyncio.Event)  # its run is stored (queued or started), or over
 
 
-class Mark(NamedTuple):
-    """What a page has of a streaming reply: the last batch it was sent, and the completed elements it holds."""
-
-    seq: int
-    elements: int
 
 
-@dataclass
-class LiveRun:
-    """A run this process is streaming: what its batches are made of, and what a page catching up needs."""
-
-    run: StreamedRun  # as its start event describes it
-    parts: list[str] = field(default_factory=list)
-    length: int = 0  # characters in `parts`
-    flushed: int = 0  # characters already sent to the group
-    last_flush: float = 0.0
-    stream: ReplyStream = field(default_factory=ReplyStream)  # the reply drawn as of the last batch
-    seq: int = 0  # batches sent
-    pace: float = 0.0  # seconds the next batch waits at least (last drawing's CPU time / CHAT_STREAM_DRAW_SHARE)
-    tool_calls: dict[str, rendering.ToolCallView] = field(default_factory=dict)  # its tool rows, by call id
-    changed_keys: list[str] = field(default_factory=list)
-    pending_changes: list[dict] = field(default_factory=list)  # timeline entries stored when the run ends
-    steps: dict[str, bool] = field(default_factory=dict)  # step and member runs shown: run id -> is a member
-    row_pushed: asyncio.Task | None = None  # the sidebar row pushed as the run started (off its first token's path)
-    announced: asyncio.Event = field(default_factory=asyncio.Event)  # its chat.run_done has been sent
-
-    def __post_init__(self):
-        _recent_runs[self.run_id] = self
-
-    @property
-    def run_id(self) -> str:
-        return self.run.run_id
-
-    @property
-    def text(self) -> str:
-        if len(self.parts) > 1:
-            self.parts[:] = ["".join(self.parts)]
-        return self.parts[0] if self.parts else ""
-
-    @property
-    def mark(self) -> Mark:
-        """What a page shown the text so far has of the stream."""
-        return Mark(self.seq, self.stream.completed)
-
-    def snapshot(self) -> tuple[StreamedRun, list[rendering.ToolCallView], Mark]:
-        """The run with its text so far, its tool rows, and what a page shown them has of the stream."""
-        return replace(self.run, content=self.text), list(self.tool_calls.values()), self.mark
-
-    def add(self, delta: str) -> None:
-        self.parts.append(delta)
-        self.length += len(delta)
-
-    def flush_wait(self, batch: float, now: float) -> float:
-        """Seconds until the next batch is due (<= 0: now); the first text goes at once."""
-        return self.last_flush + max(batch, self.pace) - now
-
-    def next_batch(self) -> dict | None:
-        """The text not yet sent as the next numbered batch (the fields of `chat.tokens`), drawn once here
-        for every socket: the blocks completed since the last batch and the open one. None if there is none."""
-        if self.flushed >= self.length:
-            return None
-        text = self.text
-        seen = len(self.stream.segments)
-        self.flushed, self.last_flush = len(text), time.monotonic()
-        spent = time.thread_time()
-        self.stream.feed(text)
-        # A long open block (a code block of hundreds of lines) is drawn less often; a paragraph at every batch.
-        self.pace = (time.thread_time() - spent) / settings.CHAT_STREAM_DRAW_SHARE
-        self.seq += 1
-        keep, html = self.stream.frame(seen)
-        return {"run_id": self.run_id, "seq": self.seq, "origin": PROCESS, "keep": keep, "html": html,
-                "elements": self.stream.completed}
-
-
-_live: dict[int, LiveRun] = {}  # session pk -> its run in flight here
 _not_started: dict[int, list[Prompt]] = {}  # session pk -> messages of this process whose run has not started
 _tasks: set[asyncio.Task] = set()
-# Live runs still referenced (by their task until their final form is sent, or by a socket's check): a run
-# of this process missing here has been announced.
-_recent_runs: weakref.WeakValueDictionary[str, LiveRun] = weakref.WeakValueDictionary()
-
-
-def live_run(session_pk: int) -> LiveRun | None:
-    """The session's run this process is streaming, if any."""
-    return _live.get(session_pk)
-
-
-def recent_run(run_id: str) -> LiveRun | None:
-    """A run of this process whose final form may not have been sent yet."""
-    return _recent_runs.get(run_id)
-
-
 def tasks() -> Iterable[asyncio.Task]:
     return tuple(_tasks)
 
@@ -191,6 +93,11 @@ def _started_or_gone(session_pk: int, item: Prompt) -> None:
         waiting.remove(item)
     if not waiting:
         _not_started.pop(session_pk, None)
+
+
+def waiting_run_ids(session_pk: int) -> tuple[str, ...]:
+    """The run ids of this process's messages on the session whose run has not started."""
+    return tuple(item.run_id for item in _not_started.get(session_pk, ()) if item.run_id)
 
 
 async def stop_before_start(session_pk: int) -> bool:
@@ -387,8 +294,8 @@ async def _pump(session: ChatSession, item: Prompt, agent) -> None:
             reader.cancel()
         with suppress(asyncio.CancelledError):
             await reader
-        if live is not None and _live.get(pk) is live:
-            del _live[pk]
+        if live is not None:
+            done_streaming(pk, live)
 
 
 async def _step_event(session_pk: int, live: LiveRun, kind: str | None, event) -> None:
@@ -408,7 +315,7 @@ async def _started(session: ChatSession, item: Prompt, live: LiveRun, queued: bo
     # Drawn from the event (no query) while the engine goes on to the model: no database read and no
     # trip through the thread the engine's queries use. A new version redraws the transcript instead.
     pk = session.pk
-    _live[pk] = live
+    streaming(pk, live)
     item.run_id = live.run_id
     if item.cancelled:  # Stop was pressed after the reader passed this event on
         await Component.acancel_run(live.run_id)
@@ -455,8 +362,7 @@ async def _finished(session: ChatSession, item: Prompt, live: LiveRun) -> None:
         except Exception:  # noqa: BLE001 - a row not pushed is redrawn by the one below
             logger.warning("The sidebar row of session %s was not pushed as its run started", pk, exc_info=True)
     html, status = await dbthreads.run(_render_finished, live, session, item)
-    if _live.get(pk) is live:
-        del _live[pk]
+    done_streaming(pk, live)
     note, kind = fragments.STATUS_NOTES.get(status, ("Reply finished.", "info"))
     await asend_to_session(pk, "chat.run_done", run_id=live.run_id, html=html + rendering.render_status(note, kind))
     live.announced.set()

@@ -9,6 +9,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.middleware import HtmxDetails
 
 from sessions_core.models import ChatSession, Run, RunStatus
+from sessions_core.run import lifecycle
 
 from .. import rendering
 from ..assistants import assistant_name
@@ -63,7 +64,7 @@ def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 2
     runs = rendering.transcript_runs(session)
     if not session.is_running and any(run.status == RunStatus.RUNNING for run in runs):
         # The process running it stopped (a restart mid-reply): it is over, and shown as interrupted.
-        Run.objects.filter(session_id=session.pk).settle_abandoned()
+        lifecycle.settle_abandoned(Run.objects.filter(session_id=session.pk))
         runs = rendering.transcript_runs(session)
     return render(request, "chatapp/session.html", {
         "session": session,

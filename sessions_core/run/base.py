@@ -24,6 +24,7 @@ from ..model_api import ModelError
 from ..models import Role, RunStatus
 from ..outputs import OUTPUT_CLASSES, RunOutput
 from ..owners import user_label
+from ..steps import content_text
 from ..storable import storable
 from .model_loop import ModelLoop
 
@@ -46,7 +47,7 @@ class BaseRun(ModelLoop):
         self.alias = config.alias
         self.model = config.model
         self.raw_input = input  # as given (a workflow's steps see it unchanged: text, a dict, a model)
-        self.input = "" if input is None else storable(input if isinstance(input, str) else _input_text(input))
+        self.input = storable(content_text(input))  # text as it is; a dict or a model's output as JSON
         self.session_id = session_id
         self.user_ref = user  # a username, a User or None; resolved to a User when a session is created
         self.user_id = user_label(user)
@@ -189,13 +190,3 @@ class BaseRun(ModelLoop):
             session_state=out.session_state, state_version=out.state_version, status=out.status, **extra,
         ))
         return events
-
-
-def _input_text(value) -> str:
-    """A step's input that is not text (a model's structured output, a dict): as JSON."""
-    if isinstance(value, BaseModel):
-        return value.model_dump_json()
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        return str(value)

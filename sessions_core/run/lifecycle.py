@@ -90,6 +90,17 @@ def interrupt_abandoned(session: ChatSession, alias: str, now) -> None:
           finished_at=now, error=INTERRUPTED_ERROR)
 
 
+def settle_abandoned(runs, now=None) -> list[int]:
+    """Mark the runs among `runs` still running whose session holds no live lease (their process stopped)
+    interrupted, as the session's next run would; their pks (a read first: usually there are none)."""
+    now = now or timezone.now()
+    pks = list(runs.abandoned(now).values_list("pk", flat=True))
+    if pks:
+        _move(runs.filter(pk__in=pks), RunStatus.RUNNING, RunStatus.INTERRUPTED, finished_at=now,
+              error=INTERRUPTED_ERROR)
+    return pks
+
+
 # -- the queue ---------------------------------------------------------------------------------------
 
 
@@ -133,6 +144,15 @@ def claim_orphan(run_id: str, session_pk: int, alias: str, now) -> Run | None:
     if not orphan.update(claimed_until=expiry(now)):
         return None
     return runs.get()
+
+
+def claim_left(session_pk: int, alias: str = "default", exclude: tuple[str, ...] = ()) -> float | None:
+    """Seconds until the earliest live claim of the session's queued runs (but those of `exclude`, run ids)
+    runs out; None when no other queued run is claimed."""
+    now = timezone.now()
+    runs = Run.objects.using(alias).filter(session_id=session_pk, status=RunStatus.QUEUED, claimed_until__gt=now)
+    earliest = runs.exclude(run_id__in=exclude).order_by("claimed_until").values_list("claimed_until", flat=True).first()
+    return None if earliest is None else (earliest - now).total_seconds()
 
 
 def orphans(session_pk: int, alias: str = "default", now=None) -> list[Run]:

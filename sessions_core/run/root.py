@@ -3,8 +3,7 @@
 It waits its turn (stored `queued` while another run holds the session's lease), starts (the lease,
 its row and first messages, the merged state and its history, in one transaction), works (the model
 loop or the workflow's steps, whose runs are `ChildRun`s inside it), keeps its lease alive, and
-finishes (its messages, the state and every change of it, its outcome and the lease, in one
-transaction). See lifecycle.py for the statuses it moves through.
+finishes (finish.py). See lifecycle.py for the statuses it moves through.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from .. import history as history_module
@@ -32,17 +31,15 @@ from ..history import ChatMessage
 from ..models import ChatSession, Role, Run, RunStatus
 from ..owners import owned_session
 from ..state_tracker import StateTracker
-from ..storable import storable
 from ..summary import aupdate_session_summary
 from ..tools import RunContext
-from . import lifecycle, registry, store
+from . import finish, lifecycle, registry, store
 from .base import BaseRun
 from .child import ChildRun
 from .model_loop import CHECKPOINT_SECONDS
 
 logger = logging.getLogger("sessions_core")
 
-FINISH_RETRY_SECONDS = 10.0  # how long storing a run's outcome is tried again while the database is unreachable
 
 
 @dataclass
@@ -119,6 +116,10 @@ class RootRun(BaseRun):
             if self.heartbeat_task is not None:
                 self.heartbeat_task.cancel()
             registry.unregister(self.run_id)
+
+    async def _finish(self, status: str, error: str) -> None:
+        self.finished = True
+        await finish.finish(self, status, error)
 
     async def _body(self) -> AsyncIterator[BaseRunEvent]:
         async with aclosing(self._execute()) as executed:
@@ -297,122 +298,3 @@ class RootRun(BaseRun):
                 registry.request_cancel(self.run_id)
                 return
             await asyncio.sleep(CHECKPOINT_SECONDS)
-
-    # -- the finish --------------------------------------------------------------------------------------
-
-    async def _finish(self, status: str, error: str) -> None:
-        self.finished = True
-        out = self.output
-        error = storable(error)
-        self._settle_output(status, error)
-        keep_state = status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
-        try:
-            out.session_state, out.state_version = await self._store_outcome(status, error, keep_state)
-        except DatabaseError as exc:
-            # The database refused the outcome: say so on the run and free the session now, rather than
-            # leave the run "running" and the next one waiting for the lease to expire.
-            logger.exception("Run %s in session %s: its outcome could not be stored", self.run_id, self.session_id)
-            error = storable(f"The run's outcome could not be stored ({type(exc).__name__}: {exc}).")
-            out.status, out.error, out.content = RunStatus.ERROR, error, error
-            try:
-                await call_sync(self._finish_failed, error)
-            except DatabaseError:  # unreachable still: the run is settled as interrupted when its lease expires
-                logger.exception("Run %s: its failure could not be stored either", self.run_id)
-            out.session_state, out.state_version = json.loads(self.start.base_text), self.start.base_version
-        out.messages.extend(self.new_messages)
-        registry.notify_lease_released(self.start.session_pk)
-
-    async def _store_outcome(self, status, error, keep_state) -> tuple[dict, int]:
-        """`_finish_sync`, tried again while what fails is the connection (the database server restarting
-        or failing over), for up to FINISH_RETRY_SECONDS: each try is one transaction on a new connection
-        (call_sync drops the lost one), and none is made once an earlier commit is found to have got
-        through before its connection went."""
-        deadline, pause, tried = time.monotonic() + FINISH_RETRY_SECONDS, 0.1, False
-        while True:
-            try:
-                stored = await call_sync(self._stored_outcome) if tried else None
-                if stored is not None:  # an earlier try's commit got through before its connection went
-                    return stored
-                tried = True
-                return await call_sync(self._finish_sync, status, error, keep_state)
-            except (OperationalError, InterfaceError) as exc:
-                if time.monotonic() + pause > deadline:
-                    raise
-                logger.warning("Run %s: storing its outcome is tried again (%s: %s)", self.run_id,
-                               type(exc).__name__, exc)
-            await asyncio.sleep(pause)  # a back-off between tries, not a wait for a condition
-            pause = min(pause * 2, 1.0)
-
-    def _stored_outcome(self) -> tuple[dict, int] | None:
-        """The session's state and version if this run's outcome is stored already, else None."""
-        if Run.objects.using(self.alias).filter(pk=self.start.run_pk, status=RunStatus.RUNNING).exists():
-            return None
-        session = ChatSession.objects.using(self.alias).only("session_state", "state_version").get(
-            pk=self.start.session_pk)
-        return session.session_state, session.state_version
-
-    def _finish_failed(self, error: str) -> None:
-        """The run failed to store its outcome: mark it (and its steps) failed and release the lease."""
-        now = timezone.now()
-        with transaction.atomic(using=self.alias):
-            lifecycle.end(self.start.run_pk, RunStatus.ERROR, self.alias, error=error, content=error, finished_at=now)
-            lifecycle.end_children(self.start.run_pk, RunStatus.ERROR, self.alias, error=error, finished_at=now)
-            lifecycle.release_lease(self.start.session_pk, self.lease_token, self.alias, now)
-
-    def _finish_sync(self, status, error, keep_state) -> tuple[dict, int]:
-        """Store the outcome in one transaction. A failed run keeps the state as it was; otherwise the
-        state as of the run's last recorded change is stored."""
-        alias, start, tracker, now = self.alias, self.start, self.tracker, timezone.now()
-        changes = [(*change, None) for change in start.changes] + tracker.changes if keep_state else []
-        messages = self.stored_messages()
-        with transaction.atomic(using=alias):
-            # The usual case: the run still holds the lease (so its seqs are the session's) and nobody
-            # edited the state meanwhile (so its changes apply as they are).
-            state = json.loads(tracker.state_text if changes else start.base_text)
-            first_version, last_seq = start.base_version, self.last_seq + len(messages)
-            fields = {"last_seq": last_seq}
-            if changes:
-                fields.update(session_state=state, state_version=first_version + len(changes))
-            if not lifecycle.release_lease(start.session_pk, self.lease_token, alias, now,
-                                           at_version=first_version, **fields):
-                state, changes, first_version, last_seq = self._finish_contended(keep_state, changes, messages, now)
-            rows, _ = store.message_rows(start.session_pk, start.run_pk, messages, last_seq - len(messages), now,
-                                         self.run_id)
-            store.insert_messages(rows, alias)
-            store.insert_changes(start.session_pk, changes, first_version, start.run_pk, now, alias)
-            version = first_version + len(changes)
-            lifecycle.end(start.run_pk, status, alias, state_version=version, finished_at=now,
-                          **self.outcome_fields(error))
-        return state, version
-
-    def _finish_contended(self, keep_state, changes, messages, now):
-        """The lease was lost or the state was edited during the run: merge onto the locked row. Returns the
-        state, the changes as they apply to it, the version before them and the session's new last seq."""
-        alias = self.alias
-        session = ChatSession.objects.using(alias).select_for_update().only(
-            "session_state", "state_version", "lease_token", "last_seq").get(pk=self.start.session_pk)
-        state, first_version = session.session_state, session.state_version
-        if keep_state:  # replay this run's changes on the state as it is now
-            state, changes = self._rebase(state, changes)
-        last_seq = max(session.last_seq, self.last_seq) + len(messages)
-        fields = {"last_seq": last_seq, "session_state": state, "state_version": first_version + len(changes)}
-        if not lifecycle.release_lease(session.pk, self.lease_token, alias, now, **fields):
-            # The lease expired and another run took it: store this run's work without touching its lease.
-            ChatSession.objects.using(alias).filter(pk=session.pk).update(last_activity_at=now, **fields)
-        return state, changes, first_version, last_seq
-
-    @staticmethod
-    def _rebase(current: dict, changes: list) -> tuple[dict, list]:
-        """Replay `changes` on `current`: the final state, and the changes as they apply to it (each
-        diffed again, so its inverse patch undoes exactly that step and state_at() stays exact)."""
-        state, rebased = current, []
-        for patch, _inverse, source, run in changes:
-            try:
-                after = state_module.apply_patch(state, patch)
-            except Exception:  # jsonpatch conflicts: the later writer's value for those keys stands
-                logger.warning("State change from %s no longer applies after a concurrent edit", source)
-                continue
-            if after != state:
-                rebased.append((*state_module.diff(state, after), source, run))
-                state = after
-        return state, rebased

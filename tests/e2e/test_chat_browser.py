@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from sessions_core.models import ChatSession, RunStatus
+from sessions_core.models import ChatSession, Run, RunStatus
 from tests.e2e.conftest import Daphne, _server_env, log_in
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import stored_text
@@ -342,8 +342,11 @@ def test_a_server_crash_mid_reply_shows_it_interrupted_and_loses_no_queued_messa
         send(page, "and a question that waits")
         expect(page.locator("#queue .queued-item")).to_contain_text("and a question that waits")
         server.kill()
-        # The dead process's lease would run out within 30 s; here it is moved to the past instead.
+        # The dead process's lease, and its claim on the message waiting behind it, would run out within 30 s;
+        # here they are moved to the past instead.
         ChatSession.objects.filter(pk=session.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        Run.objects.filter(session=session, status=RunStatus.QUEUED).update(
+            claimed_until=timezone.now() - timedelta(seconds=1))
         restarted = Daphne(env, port=server.port)  # the same address: the page's socket reconnects to it
         expect(run).to_have_attribute("data-status", "interrupted", timeout=20_000)
         expect(run.locator(".run-note.interrupted")).to_be_visible()
