@@ -119,6 +119,7 @@ class TestQueue(EngineTestMixin, TransactionTestCase):
         first.join(30)
 
         assert results["second"].status == RunStatus.CANCELLED and results["first"].content == "First reply."
+        assert "duration" not in results["second"].metrics  # it never started
         assert not Run.objects.filter(pk=queued.pk).exists()
         assert [request["messages"][-1]["content"] for request in self.llm.requests] == ["first"]
 

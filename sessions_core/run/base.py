@@ -157,7 +157,8 @@ class BaseRun(ModelLoop):
             out.content = "".join(self.content_parts) or f"Run {self.run_id} was cancelled"
         elif status == RunStatus.ERROR:
             out.content = error
-        out.metrics["duration"] = round(time.perf_counter() - self.started, 6)
+        if self.started:  # (a run cancelled while it waited its turn never started)
+            out.metrics["duration"] = round(time.perf_counter() - self.started, 6)
 
     def stored_messages(self) -> list[ChatMessage]:
         """The run's new messages as they are stored (tool calls and results left out if so configured)."""
