@@ -152,6 +152,9 @@ class RootRun(BaseRun):
             except asyncio.CancelledError:
                 await self._abandon(await attempt)
                 raise
+            if start.cancelled:  # stopped while it waited
+                self.start = start
+                return
             if not start.busy:
                 self._begin(start)
                 return
