@@ -19,6 +19,7 @@ chat_patterns = [
     path("sessions/", views.session_list_hx, name="session_list_hx"),
     path("s/<sid:session_id>/", views.session_page, name="session"),
     path("s/<sid:session_id>/runs/", views.transcript_hx, name="transcript_hx"),
+    path("s/<sid:session_id>/version/", views.session_version, name="session_version"),
     path("s/<sid:session_id>/rename/", views.session_rename_hx, name="session_rename_hx"),
     path("s/<sid:session_id>/pin/", views.session_pin_hx, name="session_pin_hx"),
     path("s/<sid:session_id>/delete/", views.session_delete_hx, name="session_delete_hx"),

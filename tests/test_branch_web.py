@@ -134,11 +134,20 @@ class SearchOpensTheBranchTests(LiveTestMixin, TransactionTestCase):
         url = reverse("chat:session", args=[session.session_id])
 
         page = client.get(url, {"run": foreign.run_id}).content.decode()
-        assert "add bread" in page and ChatSession.objects.get(pk=session.pk).session_state == {
-            "shopping_list": ["milk", "bread"]}
+        assert "add bread" in page and "another version" not in page and ChatSession.objects.get(
+            pk=session.pk).session_state == {"shopping_list": ["milk", "bread"]}
         hits = client.get(reverse("chat:search_hx"), {"q": "eggs"}, HTTP_HX_REQUEST="true").content.decode()
         assert f"?run={eggs.run_id}" in hits  # search finds text on the abandoned branch
 
+        # The page offers that version and changes nothing (a GET writes nothing); a POST shows it.
         page = client.get(url, {"run": eggs.run_id}).content.decode()
+        assert "add bread" in page and "is in another version of this chat" in page and "add eggs" in page
+        assert ChatSession.objects.get(pk=session.pk).session_state == {"shopping_list": ["milk", "bread"]}
+        version = reverse("chat:session_version", args=[session.session_id])
+        response = client.post(version, {"run_id": eggs.run_id})
+        assert response["Location"] == f"{url}#run-{eggs.run_id}"
+        page = client.get(url).content.decode()
         assert "add eggs" in page and "add bread" not in page
         assert ChatSession.objects.get(pk=session.pk).session_state == {"shopping_list": ["milk", "eggs"]}
+        assert client.post(version, {"run_id": foreign.run_id}).status_code == 404  # another user's run
+        assert client.get(version).status_code == 405

@@ -30,6 +30,7 @@ from tests.web_helpers import HX, GroupListener, WebTestCase, headings, item_ids
 SESSION_URLS = [
     ("get", "chat:session", {}),
     ("get", "chat:transcript_hx", {"before": "999999"}),
+    ("post", "chat:session_version", {"run_id": "x"}),
     ("post", "chat:session_rename_hx", {"name": "Mine now"}),
     ("post", "chat:session_pin_hx", {"pinned": "1"}),
     ("post", "chat:session_delete_hx", {}),

@@ -8,8 +8,7 @@ from django.urls import Resolver404, resolve
 from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.middleware import HtmxDetails
 
-from sessions_core.models import ChatSession, Run, RunStatus
-from sessions_core.run import lifecycle
+from sessions_core.models import INTERRUPTED_ERROR, ChatSession, RunStatus
 
 from .. import rendering
 from ..assistants import assistant_name
@@ -59,13 +58,17 @@ def is_current(request: HtmxHttpRequest, session: ChatSession) -> bool:
     return current_session_id(request) == session.session_id
 
 
-def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 200, **panel) -> HttpResponse:
-    """The three-pane page for `session`; `panel` goes to the state panel (as-of view, form errors)."""
+def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 200, other_version=None,
+                     **panel) -> HttpResponse:
+    """The three-pane page for `session`; `other_version`, a run on a version of the chat it does not show (a
+    search hit), is offered to be shown; `panel` goes to the state panel (as-of view, form errors)."""
     runs = rendering.transcript_runs(session)
-    if not session.is_running and any(run.status == RunStatus.RUNNING for run in runs):
-        # The process running it stopped (a restart mid-reply): it is over, and shown as interrupted.
-        lifecycle.settle_abandoned(Run.objects.filter(session_id=session.pk))
-        runs = rendering.transcript_runs(session)
+    if not session.is_running:
+        for run in runs:
+            if run.status == RunStatus.RUNNING:
+                # Its process stopped (a restart mid-reply): over, and shown so. A page writes nothing: the
+                # engine stores it interrupted when the page's socket connects or the next run starts.
+                run.status, run.error = RunStatus.INTERRUPTED, INTERRUPTED_ERROR
     return render(request, "chatapp/session.html", {
         "session": session,
         "page": sidebar_page(request.user),
@@ -74,6 +77,7 @@ def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 2
         "run_views": [rendering.run_view(run) for run in runs],
         "running": any(run.status == RunStatus.RUNNING for run in runs),
         "state_panel": rendering.render_state_panel(session, **panel),
+        "other_version": other_version,
         "assistant_name": assistant_name(session.component_id),
         "read_only": session.deleted_at is not None,
         "deleted": just_deleted(request),

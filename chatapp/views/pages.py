@@ -9,7 +9,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from sessions_core.branches import SessionBusyError
 from sessions_core.models import ChatSession, NameSource, Run
@@ -100,28 +100,40 @@ def new_session(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def session_page(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    """The chat; `?run=<run id>` (a search hit) opens the branch that run is on."""
+    """The chat; `?run=<run id>` (a search hit) on another version of the chat offers to show that version."""
     session = owned_session(request, session_id)
-    run_id = request.GET.get("run", "")
-    if run_id and not session.deleted_at:
-        _open_branch_of(request, session, run_id)
-    return render_chat_page(request, session)
+    other_version = _top_level_run(session, request.GET.get("run", ""))
+    if other_version is not None and not other_version.abandoned:
+        other_version = None  # on the version shown: the page scrolls to it
+    return render_chat_page(request, session, other_version=other_version)
 
 
-def _open_branch_of(request: HtmxHttpRequest, session: ChatSession, run_id: str) -> None:
-    """Make the branch holding `run_id` (a reply, or a step or member run inside one) the session's current
-    one; a run that is not this session's, or a session with a run in flight, is left as it is."""
+@login_required
+@require_POST
+def session_version(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Show the version of the chat that holds run `run_id` (a reply, or a step or member run inside one): that
+    branch becomes the session's current one, and its state with it."""
+    session = owned_session(request, session_id)
+    run = _top_level_run(session, request.POST.get("run_id", ""))
+    if run is None or session.deleted_at:
+        raise Http404("No such reply in this chat.")
+    if run.abandoned:
+        try:
+            get_assistant(session.component_id).set_current_branch(run.run_id, session_id=session.session_id,
+                                                                  user_id=request.user)
+        except (KeyError, SessionBusyError):  # a reply in flight: the chat stays on its version
+            pass
+    return redirect(reverse("chat:session", args=[session.session_id]) + f"#run-{run.run_id}")
+
+
+def _top_level_run(session: ChatSession, run_id: str) -> Run | None:
+    """The session's top-level run holding run `run_id` (itself, or the reply a step or member run is part of)."""
+    if not run_id:
+        return None
     run = Run.objects.filter(session=session, run_id=run_id[:64]).select_related("parent_run__parent_run").first()
     while run is not None and run.parent_run_id is not None:
         run = run.parent_run
-    if run is None or not run.abandoned:
-        return
-    try:
-        get_assistant(session.component_id).set_current_branch(run.run_id, session_id=session.session_id,
-                                                              user_id=request.user)
-    except (KeyError, SessionBusyError):
-        return
-    session.refresh_from_db()
+    return run
 
 
 @login_required

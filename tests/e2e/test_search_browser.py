@@ -60,3 +60,27 @@ def test_a_hit_in_an_old_run_loads_earlier_pages_until_the_run_is_shown(page, da
     expect(linked).to_be_visible()
     expect(linked).to_have_class(re.compile(r"\blinked\b"))
     expect(linked).to_be_in_viewport()
+
+
+def test_a_hit_on_another_version_of_the_chat_is_offered_and_shown_on_request(page, daphne_server):
+    from sessions_core.models import ChatSession, Run
+
+    alice = make_user("alice")
+    chat = make_session(alice, component_id="general", name="Groceries", name_source="user")
+    first = make_run(chat, "add milk", "Added milk.")
+    eggs = make_run(chat, "add eggs", "Added eggs.")
+    Run.objects.filter(pk=eggs.pk).update(abandoned=True)  # edited and run again: another version
+    ChatSession.objects.filter(pk=chat.pk).update(current_leaf=first)
+    make_run(chat, "add bread", "Added bread.")
+    log_in(page.context, daphne_server.url, alice)
+    page.goto(f"{daphne_server.url}/s/{chat.session_id}/")
+
+    page.locator("#session-filter").fill("eggs")
+    page.locator("#session-filter-results .message-hit a").first.click()
+    banner = page.locator(".banner", has_text="is in another version of this chat")
+    expect(banner).to_be_visible()
+    expect(page.locator("#transcript")).to_contain_text("add bread")  # the page changed nothing
+    banner.get_by_role("button", name="Show that version").click()
+    expect(page.locator(f"#run-{eggs.run_id}")).to_be_visible()
+    expect(page.locator("#transcript")).not_to_contain_text("add bread")
+    expect(page.locator(".banner", has_text="another version")).to_have_count(0)
