@@ -26,6 +26,7 @@ from pygments.util import ClassNotFound
 
 from sessions_core.models import ChatSession, Message, Role, Run, StateChange
 from sessions_core.summary import SessionSummary
+from sessions_core.tools import DELEGATE_TOOL  # a team's delegations are shown as member rows, not tool calls
 
 from . import state_view
 from .assistants import assistant_defaults, assistant_name
@@ -168,8 +169,6 @@ def _pretty_json(text) -> str:
         return text
 
 
-DELEGATE_TOOL = "delegate_task_to_member"  # a team's delegations are shown as member rows, not tool calls
-RUN_KINDS = {"agent": "agent", "team": "team", "workflow": "workflow", "function": "function"}
 
 
 @dataclass
@@ -188,7 +187,7 @@ class StepView:
 
     @property
     def kind(self) -> str:
-        return RUN_KINDS.get(self.run.kind, self.run.kind)
+        return self.run.kind
 
     @property
     def duration(self) -> float | None:

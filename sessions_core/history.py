@@ -63,11 +63,11 @@ class ChatMessage:
         return message
 
 
-_HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
+HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
 
 
 def _messages(rows, from_history: bool = False) -> list[ChatMessage]:
-    """ChatMessages from rows of `_HISTORY_FIELDS` (no model instances: this is a hot path)."""
+    """ChatMessages from rows of `HISTORY_FIELDS` (no model instances: this is a hot path)."""
     return [
         ChatMessage(role=role, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id, tool_name=tool_name,
                     tool_error=tool_error, from_history=from_history, seq=seq, created_at=created_at)
@@ -123,7 +123,7 @@ def _history_sql(vendor: str, by_runs: bool, of_component: bool) -> str:
         return quote(model._meta.get_field(name).column)
 
     message, run = quote(Message._meta.db_table), quote(Run._meta.db_table)
-    fields = ", ".join(f"m.{column(Message, name)}" for name in _HISTORY_FIELDS)
+    fields = ", ".join(f"m.{column(Message, name)}" for name in HISTORY_FIELDS)
     if of_component:  # a step agent's (or member's) own completed runs
         runs = (f"r.{column(Run, 'parent_run')} IS NOT NULL AND r.{column(Run, 'component_id')} = %s")
     else:  # the completed top-level runs of the branch the session is on
@@ -170,7 +170,7 @@ def chat_history(session_pk: int, alias: str, last_n_runs: int | None = None) ->
             .order_by("-id").values("id")[: max(last_n_runs, 0)]
         )
         messages = messages.filter(run_id__in=run_ids)
-    rows = messages.select_related("run").only(*_HISTORY_FIELDS, "run__run_id").order_by("seq")
+    rows = messages.select_related("run").only(*HISTORY_FIELDS, "run__run_id").order_by("seq")
     return [_with_run_id(ChatMessage.from_row(row), row.run.run_id) for row in rows]
 
 
@@ -186,4 +186,4 @@ def completed_messages(session_pk: int, alias: str, last_n_runs: int | None = No
     if last_n_runs is not None:
         runs = runs.order_by("-id")[:last_n_runs]
     rows = Message.objects.using(alias).filter(run_id__in=runs.values("id")).exclude(role=Role.SYSTEM)
-    return _messages(rows.order_by("seq").values_list(*_HISTORY_FIELDS))
+    return _messages(rows.order_by("seq").values_list(*HISTORY_FIELDS))

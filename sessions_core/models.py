@@ -254,10 +254,6 @@ class Run(models.Model):
     def __str__(self) -> str:
         return f"{self.run_id} ({self.status})"
 
-    @property
-    def is_finished(self) -> bool:
-        return self.status not in OPEN_STATUSES
-
 
 class Role(models.TextChoices):
     SYSTEM = "system"

@@ -28,8 +28,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .model_api import Model, ModelChunk, ToolCall
+from .tools import DELEGATE_TOOL
 
-DELEGATE_TOOL = "delegate_task_to_member"  # the Team's tool (team.py imports the agent, not this module)
 
 
 class OfflineModel(Model):

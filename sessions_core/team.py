@@ -18,11 +18,10 @@ from .agent import Agent
 from .config import RunConfig
 from .errors import Cancelled
 from .models import RunStatus
-from .tools import Function, collect_functions
+from .tools import DELEGATE_TOOL, Function, collect_functions
 
 __all__ = ["Team"]
 
-DELEGATE_TOOL = "delegate_task_to_member"
 
 
 def delegate_task_to_member(member_id: str, task: str) -> str:

@@ -23,6 +23,7 @@ from .bridge import call_sync
 from .storable import storable
 
 INJECTED_PARAMS = ("run_context", "agent", "team")
+DELEGATE_TOOL = "delegate_task_to_member"  # a Team's tool that hands a task to a member (team.py)
 
 
 @dataclass

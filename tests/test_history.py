@@ -7,7 +7,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from sessions_core import RunContext
-from sessions_core.history import HistoryRead, read_history
+from sessions_core.history import HISTORY_FIELDS, HistoryRead, read_history
 from sessions_core.models import ChatSession, Message, Role, Run, RunStatus
 from tests.engine_helpers import EngineTestMixin, Gate, bulk_runs, make_users, tool_then_text
 from tests.factories import make_run, make_session
@@ -242,9 +242,6 @@ class TestQueryCost(EngineTestMixin, TestCase):
             events = list(agent.run("add x", session_id="s", user_id="alice", stream=True, stream_events=True))
         assert events[-1].status == "completed"
         assert len(captured) <= self.BOUND
-
-
-HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
 
 
 def add_tool_turn(session, run_status=RunStatus.COMPLETED, parent_run=None):

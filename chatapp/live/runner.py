@@ -37,6 +37,7 @@ from sessions_core.errors import QueuedRunTakenError
 from sessions_core.events import RunEvent
 from sessions_core.models import ChatSession, NameSource, RunStatus
 from sessions_core.run.lifecycle import LEASE_SECONDS
+from sessions_core.tools import DELEGATE_TOOL
 
 from .. import assistants, dbthreads, rendering, state_view, titles
 from ..broadcast import abroadcast_to_session, asend_to_session, push_row
@@ -251,7 +252,7 @@ async def _pump(session: ChatSession, item: Prompt, agent) -> None:
                 elif timer is None:  # (text already waiting in the queue joins this batch)
                     timer = loop.call_later(max(wait, 0), events.put_nowait, _FLUSH)
             elif kind == "tool":
-                if event.tool.tool_name != rendering.DELEGATE_TOOL:  # a delegation is shown as the member's row
+                if event.tool.tool_name != DELEGATE_TOOL:  # a delegation is shown as the member's row
                     await _flush(pk, live)
                     call = fragments.tool_call(event, started=event.event in _TOOL_STARTED)
                     live.tool_calls[call.call_id] = call

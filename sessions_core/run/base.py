@@ -98,13 +98,6 @@ class BaseRun(ModelLoop):
         """One of this run's own events by role ("started", "content", "completed", ...), named for its kind."""
         return self._event(self.event_classes[name], **kwargs)
 
-    def container_event(self, cls, step_name: str, **kwargs) -> BaseRunEvent:
-        """An event of a step container (Steps, Condition, ...), which has no run of its own: this run's."""
-        self.seq += 1
-        return cls(run_id=self.run_id, session_id=self.session_id, agent_id=self.config.component_id,
-                   agent_name=self.config.component_name, seq=self.seq, parent_run_id=self.run_id,
-                   step_name=step_name, **kwargs)
-
     def started_event(self) -> BaseRunEvent:
         return self.event("started", model=self.model.id if self.model else "",
                           model_provider=self.model.provider if self.model else "", input=self.input,
