@@ -14,7 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from sessions_core.models import ChatSession
-from sessions_core.search import InvalidCursor, decode_cursor, encode_cursor
+from sessions_core.search import decode_cursor, encode_cursor
 
 PAGE_SIZE = 30
 PINNED_LIMIT = 100  # pinned sessions shown (they are few; this only bounds the query)
@@ -52,12 +52,9 @@ class SidebarPage:
         return bool(self.rows) and self.rows[0].heading == "Today"
 
 
-def _after(cursor: str) -> tuple[datetime, int] | None:
-    """(last_activity_at, id) of the last row shown, or None for a malformed cursor (the first page)."""
-    try:
-        return decode_cursor(cursor, datetime, int)
-    except InvalidCursor:
-        return None
+def _after(cursor: str) -> tuple[datetime, int]:
+    """(last_activity_at, id) of the last row shown; InvalidCursor for a malformed cursor."""
+    return decode_cursor(cursor, datetime, int)
 
 
 def sidebar_page(user, cursor: str | None = None, page_size: int = PAGE_SIZE) -> SidebarPage:

@@ -232,6 +232,16 @@ def encode_cursor(*values: str | int | datetime) -> str:
     return ".".join(str(micros(value)) if isinstance(value, datetime) else str(value) for value in values)
 
 
+def parse_id(text: str) -> int | None:
+    """`text` as a whole number a database column holds (ASCII digits, at most 2**63 - 1), else None."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 19 or int(text) > MAX_INTEGER:
+        return None
+    return int(text)
+
+
+MAX_INTEGER = 2**63 - 1  # the largest integer both databases store
+
+
 def decode_cursor(text: str, *kinds: type) -> tuple:
     """The values of an `encode_cursor` text, read as `kinds` (str, int or datetime, one per value);
     InvalidCursor when the text is not such a cursor."""
@@ -243,7 +253,7 @@ def decode_cursor(text: str, *kinds: type) -> tuple:
         if kind is str:
             values.append(part)
             continue
-        if not part.isdigit():
+        if parse_id(part) is None:
             raise InvalidCursor(f"Not a cursor: {text[:40]!r}")
         if kind is datetime:
             seconds, micro = divmod(int(part), 1_000_000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from sessions_core.branches import SessionBusyError
 from sessions_core.models import ChatSession, NameSource, Run
+from sessions_core.search import parse_id
 
 from .. import rendering
 from ..assistants import ASSISTANTS, DEFAULT_ASSISTANT, get_assistant
@@ -141,10 +142,10 @@ def _top_level_run(session: ChatSession, run_id: str) -> Run | None:
 def transcript_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Older runs (before run pk `before`), with their own "Load earlier" link when there are more."""
     session = owned_session(request, session_id)
-    before = request.GET.get("before", "")
-    if not before.isdigit():
-        raise Http404("Missing or bad 'before'.")
-    runs = rendering.transcript_runs(session, before=int(before))
+    before = parse_id(request.GET.get("before", ""))
+    if before is None:
+        return HttpResponseBadRequest("Missing or bad 'before': a run's number.")
+    runs = rendering.transcript_runs(session, before=before)
     context = {"session": session, "runs": runs, "run_views": [rendering.run_view(run) for run in runs]}
     template = "chatapp/_transcript_runs.html" if request.htmx else "chatapp/transcript_earlier.html"
     return render(request, template, context)

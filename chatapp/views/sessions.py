@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -18,13 +18,21 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from sessions_core.models import ChatSession, NameSource, Run
+from sessions_core.search import InvalidCursor
 
 from .. import rendering, titles
 from ..assistants import get_assistant
 from ..broadcast import broadcast_to_user
 from ..forms import RenameForm
 from ..sidebar import sidebar_page
-from .common import HtmxHttpRequest, aowned_session, current_session_id, is_current, next_url, owned_session
+from .common import (
+    HtmxHttpRequest,
+    aowned_session,
+    current_session_id,
+    is_current,
+    next_url,
+    owned_session,
+)
 
 
 def _row(request: HtmxHttpRequest, session: ChatSession, status: int = 200, **extra) -> HttpResponse:
@@ -60,7 +68,10 @@ def fork(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def session_list_hx(request: HtmxHttpRequest) -> HttpResponse:
     """A further page of the sidebar (after `cursor`), or the first page."""
-    page = sidebar_page(request.user, cursor=request.GET.get("cursor") or None)
+    try:
+        page = sidebar_page(request.user, cursor=request.GET.get("cursor") or None)
+    except InvalidCursor:
+        return HttpResponseBadRequest("Invalid cursor.")
     template = "chatapp/_session_list.html" if page.first else "chatapp/_session_page.html"
     return render(request, template, {"page": page, "current_session_id": current_session_id(request)})
 
