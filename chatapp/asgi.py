@@ -12,6 +12,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from chatapp.routing import websocket_urlpatterns  # noqa: E402
+from chatapp.socket_origin import SameOriginValidator  # noqa: E402
 
 from django.conf import settings  # noqa: E402
 
@@ -20,7 +21,8 @@ application = ProtocolTypeRouter(
         # In development static files come from the app folders; in production WhiteNoise serves the
         # collected ones (chatapp/settings.py).
         "http": ASGIStaticFilesHandler(django_asgi_app) if settings.DEBUG else django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": AllowedHostsOriginValidator(SameOriginValidator(AuthMiddlewareStack(URLRouter(
+            websocket_urlpatterns)))),
     }
 )
 

@@ -85,6 +85,8 @@ if not SECRET_KEY:
 if not DEBUG and not os.environ.get("ALLOWED_HOSTS", "").strip():
     raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DEBUG is off (the host names the app is served as).")
 ALLOWED_HOSTS = _env(env.list, "ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+# Other origins (scheme://host[:port]) whose pages may POST and open sockets (chatapp/socket_origin.py).
+CSRF_TRUSTED_ORIGINS = _env(env.list, "CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",

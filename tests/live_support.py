@@ -23,6 +23,7 @@ from sessions_core.models import Run
 from tests.llm_server import summary_responder
 
 ORIGIN = (b"origin", b"http://localhost")
+HOST = (b"host", b"localhost")  # a browser sends both: the socket's Origin must be the site's own
 RUN_ID = re.compile(r'id="run-([0-9a-f-]{36})"')
 STREAM_FRAME = re.compile(r'<template data-stream-run="([^"]+)" data-keep="(\d+)">(.*)</template>', re.DOTALL)
 
@@ -50,7 +51,7 @@ class LiveTestMixin:
 
     async def socket(self, session_id: str, user=None, query: str = "", connect: bool = True):
         """A connected socket for `user` (anonymous when None)."""
-        headers = [ORIGIN]
+        headers = [ORIGIN, HOST]
         if user is not None:
             headers.append((b"cookie", await self.cookie_for(user)))
         path = f"/ws/sessions/{session_id}/" + (f"?{query}" if query else "")

@@ -91,7 +91,7 @@ class WebSocket:
     def __init__(self, port: int, path: str, headers: dict[str, str]):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         key = base64.b64encode(secrets.token_bytes(16)).decode()
-        lines = [f"GET {path} HTTP/1.1", "Host: 127.0.0.1", "Upgrade: websocket", "Connection: Upgrade",
+        lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Upgrade: websocket", "Connection: Upgrade",
                  f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13",
                  *(f"{name}: {value}" for name, value in headers.items())]
         self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())

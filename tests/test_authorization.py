@@ -15,7 +15,7 @@ from asgiref.sync import async_to_sync
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
-from django.test import Client, TransactionTestCase
+from django.test import Client, TransactionTestCase, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.urls.resolvers import RegexPattern
 
@@ -24,7 +24,7 @@ from sessions_core.models import ChatSession, Message, Run, StateChange
 from tests.factories import make_run, make_session, make_user
 from chatapp.asgi import application
 from channels.testing import WebsocketCommunicator
-from tests.live_support import ORIGIN, LiveTestMixin
+from tests.live_support import HOST, ORIGIN, LiveTestMixin
 
 SECRET = "zebra-armchair-7731"  # Alice's words: in her title, her message, her state
 ROLES = ("owner", "other", "anonymous", "staff")
@@ -158,7 +158,7 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
     def test_the_socket_routes(self):
         async def connect(path: str, role: str):
             user = {"owner": self.alice, "other": self.bob, "staff": self.root}.get(role)
-            headers = [ORIGIN] + ([(b"cookie", await self.cookie_for(user))] if user else [])
+            headers = [ORIGIN, HOST] + ([(b"cookie", await self.cookie_for(user))] if user else [])
             socket = WebsocketCommunicator(application, path, headers=headers)
             connected, code = await socket.connect(timeout=5)
             await socket.disconnect()
@@ -176,3 +176,35 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
             for role in ROLES:
                 with self.subTest(route=route, role=role):
                     assert async_to_sync(connect)(path, role) == wanted[role]
+
+
+class TestSocketOrigin(LiveTestMixin, TransactionTestCase):
+    """A socket opens only from a page of this site: the Origin's scheme, host and port must be the request's
+    own (or one of CSRF_TRUSTED_ORIGINS), as Django's CSRF check asks of a POST."""
+
+    def setUp(self):
+        self.alice = make_user("alice")
+        self.session = make_session(self.alice, component_id="general")
+
+    async def opens(self, origin: bytes, host: bytes = b"127.0.0.1:8822", scheme: str = "ws") -> bool:
+        headers = [(b"origin", origin), (b"host", host), (b"cookie", await self.cookie_for(self.alice))]
+        socket = WebsocketCommunicator(application, f"/ws/sessions/{self.session.session_id}/", headers=headers)
+        socket.scope["scheme"] = scheme
+        connected, _ = await socket.connect(timeout=5)
+        await socket.disconnect()
+        return connected
+
+    async def test_only_the_sites_own_origin_opens_a_socket(self):
+        assert await self.opens(b"http://127.0.0.1:8822")
+        for origin in (b"http://127.0.0.1:9999", b"ftp://127.0.0.1:8822", b"http://evil.example@127.0.0.1:8822",
+                       b"https://127.0.0.1:8822", b"http://evil.example", b"null", b"", b"http://127.0.0.1:8822/x",
+                       b"http://127.0.0.1:99999"):
+            with self.subTest(origin=origin):
+                assert not await self.opens(origin)
+        assert await self.opens(b"https://127.0.0.1", host=b"127.0.0.1", scheme="wss")  # behind TLS
+        assert not await self.opens(b"http://127.0.0.1", host=b"127.0.0.1", scheme="wss")
+
+    @override_settings(CSRF_TRUSTED_ORIGINS=["https://127.0.0.1:8443"])
+    async def test_a_trusted_origin_opens_a_socket(self):
+        assert await self.opens(b"https://127.0.0.1:8443")  # a page served through another port, trusted
+        assert not await self.opens(b"http://127.0.0.1:8443")

@@ -24,6 +24,7 @@ from sessions_core.run import lifecycle
 from chatapp.rendering import render_markdown
 from tests.factories import make_run, make_session, make_user
 from tests.live_support import (
+    HOST,
     ORIGIN,
     AnotherProcess,
     LiveTestMixin,
@@ -66,7 +67,7 @@ class TestConnect(LiveTestMixin, TransactionTestCase):
 
     async def test_a_socket_to_an_unknown_path_is_refused_not_a_server_error(self):
         for path in ("/ws/nowhere/", "/ws/sessions/", "/not-a-socket"):
-            socket = WebsocketCommunicator(application, path, headers=[ORIGIN])
+            socket = WebsocketCommunicator(application, path, headers=[ORIGIN, HOST])
             connected, code = await socket.connect()
             assert (connected, code) == (False, 4404), path
 

@@ -19,7 +19,7 @@ from chatapp.consumers import FrameError, parse_frame
 from sessions_core.models import ChatSession, Message, Run, StateChange
 from sessions_core.storable import storable_tree
 from tests.factories import make_run, make_session, make_user
-from tests.live_support import ORIGIN, LiveTestMixin
+from tests.live_support import HOST, ORIGIN, LiveTestMixin
 
 SECRET = "quokka-lantern-5521"  # Bob's words: in no response to Alice
 BOUNDED = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -88,7 +88,7 @@ class TestFrames(LiveTestMixin, HypothesisTransactionTestCase):
         async def exchange() -> list[str]:
             cookie = await self.cookie_for(self.alice)
             socket = WebsocketCommunicator(application, f"/ws/sessions/{self.session.session_id}/",
-                                           headers=[ORIGIN, (b"cookie", cookie)])
+                                           headers=[ORIGIN, HOST, (b"cookie", cookie)])
             connected, _ = await socket.connect(timeout=5)
             assert connected
             if isinstance(frame, bytes):

@@ -8,7 +8,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 SETTINGS = Path(__file__).resolve().parent.parent / "chatapp" / "settings.py"
 VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "OPENAI_TIMEOUT",
-             "OPENAI_MAX_RETRIES", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "CHAT_MAX_MESSAGE_CHARS",
+             "OPENAI_MAX_RETRIES", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS", "CHAT_MAX_MESSAGE_CHARS",
              "CHAT_TITLE_ATTEMPTS", "CHAT_TITLE_RETRY_SECONDS", "CHAT_STREAM_BATCH_SECONDS", "CHAT_CHANNEL_CAPACITY",
              "CHAT_STREAM_DRAW_SHARE",
              "CHAT_IMPORT_MAX_BYTES", "OFFLINE_MODEL_DELAY", "TIME_ZONE", "LOG_LEVEL", "CHAT_MAX_JSON_DEPTH",
@@ -181,3 +181,9 @@ def test_production_needs_hosts_and_is_secure_by_default(monkeypatch):
     development = load(monkeypatch)
     assert "whitenoise.middleware.WhiteNoiseMiddleware" not in development.MIDDLEWARE
     assert "csp.middleware.CSPMiddleware" in development.MIDDLEWARE  # the policy holds in development too
+
+
+def test_trusted_origins_are_read_from_the_environment(monkeypatch):
+    assert load(monkeypatch).CSRF_TRUSTED_ORIGINS == []
+    trusted = load(monkeypatch, CSRF_TRUSTED_ORIGINS="https://chat.example.com:8443,https://other.example")
+    assert trusted.CSRF_TRUSTED_ORIGINS == ["https://chat.example.com:8443", "https://other.example"]
