@@ -213,6 +213,13 @@ class SessionConsumer(AsyncWebsocketConsumer):
                                  "error")
             await self._send_html(note + (render_composer_text(frame.text) if frame.type == "send" else ""))
             return
+        run = None
+        if frame.type in ("retry", "regenerate", "edit"):  # a run of this chat, or refused before it counts
+            run = await live.find_run(session, frame.run_id, top_level=frame.type != "retry")
+            if run is None:
+                refusal = "That reply cannot be retried." if frame.type == "retry" else "That message is not in this chat."
+                await self._send_html(render_status(refusal, "error"))
+                return
         starts_a_run = frame.type in ("send", "retry", "regenerate", "edit")
         if starts_a_run and (refused := await ratelimits.refuse_message(self.user)):
             await self._send_html(render_status(refused, "error"))  # nothing queued, nothing written
@@ -220,12 +227,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if frame.type == "send":
             await live.submit(session, self.user, frame.text)
         elif frame.type == "retry":
-            if await live.retry(session, self.user, frame.run_id) is None:
-                await self._send_html(render_status("That reply cannot be retried.", "error"))
+            await live.retry(session, self.user, run)
         elif frame.type in ("regenerate", "edit"):
-            text = frame.text if frame.type == "edit" else None
-            if await live.regenerate(session, self.user, frame.run_id, text) is None:
-                await self._send_html(render_status("That message is not in this chat.", "error"))
+            await live.regenerate(session, self.user, run, frame.text if frame.type == "edit" else None)
         elif frame.type == "branch":
             if not await live.switch_branch(session, self.user, frame.run_id):
                 await self._send_html(render_status("That version cannot be shown now.", "error"))

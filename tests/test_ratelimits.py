@@ -119,6 +119,26 @@ class TestSocketLimits(LiveTestMixin, TransactionTestCase):
             await socket.disconnect()
 
 
+class TestRefusedBeforeCounting(LiveTestMixin, TransactionTestCase):
+    async def test_a_frame_naming_another_users_run_is_refused_before_it_counts(self):
+        alice, bob = await sync_to_async(lambda: (make_user("alice"), make_user("bob")))()
+        session = await sync_to_async(make_session)(alice, component_id="general", name="Chat")
+        bobs = await sync_to_async(make_session)(bob, component_id="general", name="Bob's")
+        theirs = await Run.objects.acreate(session=bobs, status=RunStatus.COMPLETED, input="bob's question")
+        self.llm.responder = lambda body: Text("ok")
+        with self.settings(CHAT_MESSAGES_PER_MINUTE=1, CHAT_RUNS_IN_FLIGHT=0):
+            socket = await self.socket(session.session_id, alice)
+            for kind in ("regenerate", "edit", "retry", "regenerate"):
+                await socket.send_to(text_data=json.dumps({"type": kind, "run_id": theirs.run_id, "text": "x"}))
+                frame = (await frames_until(socket, is_error))[-1]
+                assert "CHAT_MESSAGES_PER_MINUTE" not in frame and ("not in this chat" in frame or "retried" in frame)
+            await socket.send_to(text_data=json.dumps({"type": "send", "text": "my own"}))  # the allowance is whole
+            await frames_until(socket, run_done())
+            await settle()
+            await socket.disconnect()
+        assert [r.input async for r in Run.objects.filter(session=session)] == ["my own"]
+
+
 class TestHTTPLimits(WebTestCase):
     def new_chat(self, text: str = "hello"):
         return self.client.post(reverse("chat:new"), {"assistant": "general", "text": text})

@@ -20,11 +20,11 @@ import time
 
 from .. import titles
 from . import runner
-from .actions import regenerate, retry, stop, switch_branch
+from .actions import find_run, regenerate, retry, stop, switch_branch
 from .follower import ID_MAX, Follower
 from .queue import adopt_orphans, queued, submit
 
-__all__ = ["ID_MAX", "Follower", "adopt_orphans", "queued", "regenerate", "retry", "stop", "submit",
+__all__ = ["ID_MAX", "Follower", "adopt_orphans", "find_run", "queued", "regenerate", "retry", "stop", "submit",
            "switch_branch", "wait_idle"]
 
 

@@ -15,22 +15,24 @@ from ..broadcast import abroadcast_to_session
 from . import fragments, leases, queue, runner, streaming
 
 
-async def regenerate(session: ChatSession, user, run_id: str, text: str | None = None) -> runner.Prompt | None:
-    """A new version of one of the session's replies: its input again (or `text`, edited), from the state as
-    of that run's start; None if the run is not one of this session's."""
-    run = await Run.objects.filter(session_id=session.pk, run_id=run_id, parent_run__isnull=True).only(
-        "input").afirst()
-    if run is None:
-        return None
-    branch = (run_id, "edit") if text is not None else (run_id, "regenerate")
+async def find_run(session: ChatSession, run_id: str, top_level: bool = True) -> Run | None:
+    """One of the session's runs that has begun (a reply, or with `top_level` False any run) and has an input;
+    None if there is no such run in this session."""
+    runs = Run.objects.begun().filter(session_id=session.pk, run_id=run_id).exclude(input="")
+    if top_level:
+        runs = runs.filter(parent_run__isnull=True)
+    return await runs.only("run_id", "input").afirst()
+
+
+async def regenerate(session: ChatSession, user, run: Run, text: str | None = None) -> runner.Prompt:
+    """A new version of one of the session's replies (`find_run`): its input again (or `text`, edited), from
+    the state as of that run's start."""
+    branch = (run.run_id, "edit") if text is not None else (run.run_id, "regenerate")
     return await queue.submit(session, user, run.input if text is None else text, branch=branch)
 
 
-async def retry(session: ChatSession, user, run_id: str) -> runner.Prompt | None:
-    """Send a run's input again as a new run; None if the run is not one of this session's."""
-    run = await Run.objects.filter(session_id=session.pk, run_id=run_id).only("input").afirst()
-    if run is None or not run.input:
-        return None
+async def retry(session: ChatSession, user, run: Run) -> runner.Prompt:
+    """Send a run's input (`find_run`) again as a new run."""
     return await queue.submit(session, user, run.input)
 
 
