@@ -237,6 +237,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
             if not await live.stop(session, run_id=frame.run_id, queued_id=frame.queued_id):
                 await self._send_html(render_status("Nothing to stop.", "info"))
         elif frame.type == "regenerate_title":
+            if refused := await ratelimits.refuse_title(self.user):
+                await self._send_html(render_status(refused[0], "error"))
+                return
             await self._send_html(render_status("Generating a new title…"))
             titles.start_regenerate_title(session, self.user)
 

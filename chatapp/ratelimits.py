@@ -46,6 +46,7 @@ class Rate:
 MESSAGES = Rate("CHAT_MESSAGES_PER_MINUTE", 60, "messages")
 NEW_CHATS = Rate("CHAT_NEW_CHATS_PER_MINUTE", 60, "new chats")
 IMPORTS = Rate("CHAT_IMPORTS_PER_HOUR", 3600, "imports")
+TITLES = Rate("CHAT_TITLES_PER_HOUR", 3600, "title regenerations")
 LOGINS_PER_ADDRESS = Rate("CHAT_LOGINS_PER_ADDRESS_PER_HOUR", 3600, "sign-in attempts from this address")
 LOGIN_FAILURES_PER_ACCOUNT = Rate("CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", 3600,
                                   "wrong passwords for this account")
@@ -176,3 +177,12 @@ async def refuse_message(user) -> str:
         return ""  # both off: no trip to a database thread for nothing
     # On the web's own database threads: on the way to a reply's first token, not behind every run's writes.
     return await dbthreads.run(message_refusal, user)
+
+
+async def refuse_title(user) -> tuple[str, int] | None:
+    """Why a "Regenerate title" (a model call) from `user` is refused now, and the seconds to wait; None when
+    it is let through (and counted)."""
+    if not settings.CHAT_TITLES_PER_HOUR:
+        return None
+    wait = await dbthreads.run(over_limit, TITLES, f"user:{user.pk}")
+    return None if wait is None else (refusal(TITLES, wait), wait)

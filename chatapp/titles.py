@@ -88,10 +88,20 @@ async def regenerate_title(session: ChatSession, user) -> bool:
     return await generate_title(session, user)
 
 
+_by_session: dict[int, asyncio.Task] = {}  # the title job of each session that has one running
+
+
 def _start(job, session: ChatSession) -> asyncio.Task:
-    task = asyncio.create_task(job, name=f"chat-title-{session.pk}")
+    """Run `job` unless the session has a title job running already (then that one; `job` is dropped)."""
+    running = _by_session.get(session.pk)
+    if running is not None and not running.done():
+        job.close()
+        return running
+    task = _by_session[session.pk] = asyncio.create_task(job, name=f"chat-title-{session.pk}")
     jobs.add(task)
     task.add_done_callback(jobs.discard)
+    task.add_done_callback(lambda done: _by_session.pop(session.pk, None) if _by_session.get(session.pk) is done
+                           else None)
     return task
 
 

@@ -139,6 +139,27 @@ class TestRefusedBeforeCounting(LiveTestMixin, TransactionTestCase):
         assert [r.input async for r in Run.objects.filter(session=session)] == ["my own"]
 
 
+class TestTitleJobs(LiveTestMixin, TransactionTestCase):
+    async def test_a_chat_has_one_title_job_at_a_time_and_the_socket_counts_regenerations(self):
+        alice = await sync_to_async(make_user)("alice")
+        session = await sync_to_async(make_session)(alice, component_id="general", name="Chat")
+        hold = threading.Event()
+        self.llm.responder = lambda body: Text("A held title", wait_event=hold)
+        with self.settings(CHAT_TITLES_PER_HOUR=3):
+            socket = await self.socket(session.session_id, alice)
+            for _ in range(3):
+                await socket.send_to(text_data=json.dumps({"type": "regenerate_title"}))
+                assert "Generating a new title" in await socket.receive_from(timeout=5)
+            await socket.send_to(text_data=json.dumps({"type": "regenerate_title"}))
+            frames = await frames_until(socket, is_error)
+            assert "CHAT_TITLES_PER_HOUR" in frames[-1]
+            hold.set()
+            await settle()
+            await socket.disconnect()
+        titles = [r for r in self.llm.requests if "Conversation name" in str(r["messages"])]
+        assert len(titles) == 1  # three asked while one ran: one model call
+
+
 class TestHTTPLimits(WebTestCase):
     def new_chat(self, text: str = "hello"):
         return self.client.post(reverse("chat:new"), {"assistant": "general", "text": text})
@@ -166,6 +187,13 @@ class TestHTTPLimits(WebTestCase):
         self.assert_429(response, "CHAT_MESSAGES_PER_MINUTE", 60)
         assert ChatSession.objects.count() == before
         assert ">two, kept</textarea>" in response.content.decode()  # the text comes back in the composer
+
+    @override_settings(CHAT_TITLES_PER_HOUR=2)
+    def test_title_regenerations_per_hour(self):
+        url = reverse("chat:session_retitle_hx", args=[self.session.session_id])
+        for _ in range(2):
+            assert self.client.post(url).status_code == 302
+        self.assert_429(self.client.post(url), "CHAT_TITLES_PER_HOUR", 3600)
 
     @override_settings(CHAT_IMPORTS_PER_HOUR=1)
     def test_imports_per_hour(self):

@@ -6,6 +6,7 @@ user's other tabs through the user's channel group.
 
 from __future__ import annotations
 
+from asgiref.sync import sync_to_async
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse, HttpResponseBadRequest
@@ -20,7 +21,8 @@ from django_htmx.http import HttpResponseClientRedirect
 from sessions_core.models import ChatSession, NameSource, Run
 from sessions_core.search import InvalidCursor
 
-from .. import rendering, titles
+from .. import ratelimits, rendering, titles
+from ..ratelimits import too_many
 from ..assistants import get_assistant
 from ..broadcast import broadcast_to_user
 from ..forms import RenameForm
@@ -158,5 +160,8 @@ async def session_retitle_hx(request: HtmxHttpRequest, session_id: str) -> HttpR
     """Regenerate the title with the model: the job is started and the row returned as it is now; the
     new title reaches every tab of the user (this one too) through the user's group when it arrives."""
     session = await aowned_session(request, session_id, sidebar_only=True)
-    titles.start_regenerate_title(session, await request.auser())
+    user = await request.auser()
+    if refused := await ratelimits.refuse_title(user):
+        return await sync_to_async(too_many)(request, *refused)
+    titles.start_regenerate_title(session, user)
     return _row(request, session) if request.htmx else _back(request, session)
