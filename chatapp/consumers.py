@@ -231,13 +231,16 @@ class SessionConsumer(AsyncWebsocketConsumer):
         elif frame.type in ("regenerate", "edit"):
             await live.regenerate(session, self.user, run, frame.text if frame.type == "edit" else None)
         elif frame.type == "branch":
+            if refused := await ratelimits.refuse(ratelimits.BRANCH_SWITCHES, self.user):
+                await self._send_html(render_status(refused[0], "error"))
+                return
             if not await live.switch_branch(session, self.user, frame.run_id):
                 await self._send_html(render_status("That version cannot be shown now.", "error"))
         elif frame.type == "stop":
             if not await live.stop(session, run_id=frame.run_id, queued_id=frame.queued_id):
                 await self._send_html(render_status("Nothing to stop.", "info"))
         elif frame.type == "regenerate_title":
-            if refused := await ratelimits.refuse_title(self.user):
+            if refused := await ratelimits.refuse(ratelimits.TITLES, self.user):
                 await self._send_html(render_status(refused[0], "error"))
                 return
             await self._send_html(render_status("Generating a new title…"))

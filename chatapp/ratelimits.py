@@ -47,6 +47,7 @@ MESSAGES = Rate("CHAT_MESSAGES_PER_MINUTE", 60, "messages")
 NEW_CHATS = Rate("CHAT_NEW_CHATS_PER_MINUTE", 60, "new chats")
 IMPORTS = Rate("CHAT_IMPORTS_PER_HOUR", 3600, "imports")
 TITLES = Rate("CHAT_TITLES_PER_HOUR", 3600, "title regenerations")
+BRANCH_SWITCHES = Rate("CHAT_BRANCH_SWITCHES_PER_MINUTE", 60, "version switches")
 LOGINS_PER_ADDRESS = Rate("CHAT_LOGINS_PER_ADDRESS_PER_HOUR", 3600, "sign-in attempts from this address")
 LOGIN_FAILURES_PER_ACCOUNT = Rate("CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", 3600,
                                   "wrong passwords for this account")
@@ -179,10 +180,10 @@ async def refuse_message(user) -> str:
     return await dbthreads.run(message_refusal, user)
 
 
-async def refuse_title(user) -> tuple[str, int] | None:
-    """Why a "Regenerate title" (a model call) from `user` is refused now, and the seconds to wait; None when
-    it is let through (and counted)."""
-    if not settings.CHAT_TITLES_PER_HOUR:
+async def refuse(rate: Rate, user) -> tuple[str, int] | None:
+    """Why an action of `user` counted by `rate` (a title regeneration: a model call; a switch of version: a
+    state write) is refused now, and the seconds to wait; None when it is let through (and counted)."""
+    if not getattr(settings, rate.setting):
         return None
-    wait = await dbthreads.run(over_limit, TITLES, f"user:{user.pk}")
-    return None if wait is None else (refusal(TITLES, wait), wait)
+    wait = await dbthreads.run(over_limit, rate, f"user:{user.pk}")
+    return None if wait is None else (refusal(rate, wait), wait)

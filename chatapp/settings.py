@@ -314,6 +314,7 @@ CHAT_RUNS_IN_FLIGHT = _number("CHAT_RUNS_IN_FLIGHT", 5, int)  # replies running 
 CHAT_NEW_CHATS_PER_MINUTE = _number("CHAT_NEW_CHATS_PER_MINUTE", 10, int)
 CHAT_IMPORTS_PER_HOUR = _number("CHAT_IMPORTS_PER_HOUR", 20, int)
 CHAT_TITLES_PER_HOUR = _number("CHAT_TITLES_PER_HOUR", 30, int)
+CHAT_BRANCH_SWITCHES_PER_MINUTE = _number("CHAT_BRANCH_SWITCHES_PER_MINUTE", 30, int)
 # Sign-ins: wrong passwords per username and per client address; every attempt per address. Sign-up
 # attempts (every POST of the form) per address.
 CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR = _number("CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", 20, int)

@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from django.test import Client, TransactionTestCase
 from django.urls import reverse
 
-from sessions_core.models import ChatSession, Run
+from sessions_core.models import ChatSession, Run, StateChange
 from tests.factories import make_session, make_user
 from tests.live_support import LiveTestMixin, frames_until, settle
 from tests.llm_server import Text, ToolCalls
@@ -72,6 +72,28 @@ class BranchWebTests(LiveTestMixin, TransactionTestCase):
         await sync_to_async(client.force_login)(self.alice)
         page = (await sync_to_async(client.get)(reverse("chat:session", args=[self.session.session_id]))).content.decode()
         assert "add eggs" in page and "add bread" not in page and NUMBER.findall(page) == [("1", "3")]
+        await socket.disconnect()
+
+    async def test_switches_of_version_count_against_their_limit(self):
+        self.llm.responder = adds
+        socket = await self.socket(self.session.session_id, self.alice)
+        await self.turn(socket, "add milk")
+        await self.turn(socket, "add eggs")
+        eggs = await Run.objects.filter(input="add eggs").afirst()
+        await self.frame(socket, type="edit", run_id=eggs.run_id, text="add bread")
+        await frames_until(socket, lambda f: "Reply complete." in f)
+        bread = await Run.objects.filter(input="add bread").afirst()
+        with self.settings(CHAT_BRANCH_SWITCHES_PER_MINUTE=2):
+            for run in (eggs, bread):
+                await self.frame(socket, type="branch", run_id=run.run_id)
+                await frames_until(socket, lambda f: 'id="state-panel"' in f)
+            changes = await StateChange.objects.filter(session=self.session).acount()
+            await self.frame(socket, type="branch", run_id=eggs.run_id)
+            refused = await frames_until(socket, lambda f: "status-error" in f)
+            assert "CHAT_BRANCH_SWITCHES_PER_MINUTE" in refused[-1]
+        assert await StateChange.objects.filter(session=self.session).acount() == changes  # nothing written
+        assert await self.state() == {"shopping_list": ["milk", "bread"]}
+        await settle()
         await socket.disconnect()
 
     async def test_a_run_of_another_session_is_refused_and_nothing_runs(self):

@@ -161,7 +161,7 @@ async def session_retitle_hx(request: HtmxHttpRequest, session_id: str) -> HttpR
     new title reaches every tab of the user (this one too) through the user's group when it arrives."""
     session = await aowned_session(request, session_id, sidebar_only=True)
     user = await request.auser()
-    if refused := await ratelimits.refuse_title(user):
+    if refused := await ratelimits.refuse(ratelimits.TITLES, user):
         return await sync_to_async(too_many)(request, *refused)
     titles.start_regenerate_title(session, user)
     return _row(request, session) if request.htmx else _back(request, session)
