@@ -13,7 +13,7 @@ from django.utils import timezone
 from sessions_core import QueuedRunTakenError, RunEvent
 from sessions_core.component import Component
 from sessions_core.models import ChatSession, Message, Run, RunStatus
-from sessions_core.run import lifecycle
+from sessions_core.run import lifecycle, registry
 from tests.engine_helpers import EngineTestMixin, Gate
 from tests.factories import make_run, make_session, make_user
 from tests.llm_server import Text
@@ -165,6 +165,25 @@ class TestQueue(EngineTestMixin, TransactionTestCase):
         with pytest.raises(QueuedRunTakenError):
             self.agent().run(None, session_id="s", user_id="ann", run_id=waiting.run_id)
         assert Run.objects.get(pk=waiting.pk).status == RunStatus.QUEUED and self.llm.requests == []
+
+    async def test_a_stop_in_the_waiting_process_is_answered_as_a_stop_whoever_drops_the_row(self):
+        agent = self.agent()
+        with Gate() as gate:
+            self.llm.add(Text("First.", wait_event=gate))
+            first = agent.arun("first", session_id="s", user_id="ann", stream=True)
+            await anext(first)
+            stream = agent.arun("second", session_id="s", user_id="ann", stream=True, stream_events=True)
+            queued = await anext(stream)
+            assert queued.event == RunEvent.run_queued
+            # Known in this process while it waits: True, even when its own next look drops the row first.
+            assert registry.request_cancel(queued.run_id)
+            assert await Component.acancel_run(queued.run_id)
+            rest = [event async for event in stream]
+            assert [event.event for event in rest] == [RunEvent.run_cancelled]
+            gate.set()
+            async for _ in first:
+                pass
+        assert await sync_to_async(lambda: list(Run.objects.values_list("input", flat=True)))() == ["first"]
 
     async def test_a_caller_that_stops_listening_while_its_run_waits_cancels_it(self):
         agent = self.agent()

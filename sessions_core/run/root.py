@@ -91,16 +91,25 @@ class RootRun(BaseRun):
         return self._events()
 
     async def _events(self) -> AsyncIterator[BaseRunEvent]:
-        async with aclosing(self._wait_turn()) as waiting:
-            async for event in waiting:
-                yield event
-        if self.start.cancelled:  # stopped while it waited: it never ran
-            self._settle_output(RunStatus.CANCELLED, "")
-            yield self.event("cancelled", reason="Run cancelled", content=self.output.content)
-            return
-        registry.register(self.run_id, self)
+        self.loop = asyncio.get_running_loop()
+        registry.register(self.run_id, self)  # a stop asked in this process reaches it, waiting or running
+        try:
+            async with aclosing(self._wait_turn()) as waiting:
+                async for event in waiting:
+                    yield event
+            if self.start.cancelled:  # stopped while it waited: it never ran
+                self._settle_output(RunStatus.CANCELLED, "")
+                yield self.event("cancelled", reason="Run cancelled", content=self.output.content)
+                return
+            async with aclosing(self._run()) as running:
+                async for event in running:
+                    yield event
+        finally:
+            registry.unregister(self.run_id)
+
+    async def _run(self) -> AsyncIterator[BaseRunEvent]:
         # The heartbeat starts after its first interval: most runs are over before it would beat.
-        heartbeat = asyncio.get_running_loop().call_later(CHECKPOINT_SECONDS, self._start_heartbeat)
+        heartbeat = self.loop.call_later(CHECKPOINT_SECONDS, self._start_heartbeat)
         try:
             yield self.started_event()
             async with aclosing(self._body()) as body:
@@ -115,7 +124,6 @@ class RootRun(BaseRun):
             heartbeat.cancel()
             if self.heartbeat_task is not None:
                 self.heartbeat_task.cancel()
-            registry.unregister(self.run_id)
 
     async def _finish(self, status: str, error: str) -> None:
         self.finished = True
