@@ -27,9 +27,11 @@ from sessions_core import (
 )
 from sessions_core.component import Component
 from sessions_core.models import ChatSession, Message, Run, RunStatus, StateChange
-from tests.engine_helpers import EngineTestMixin, bulk_runs, kinds, make_users, snapshot
+from sessions_core.run import registry
+from tests.engine_helpers import EngineTestMixin, Gate, bulk_runs, kinds, make_users, snapshot
 from tests.llm_server import Text, ToolCalls
 from tests.test_restart import database_url
+from tests.test_run_lifecycle import until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,7 +181,7 @@ class TestPause(HumanInTheLoopMixin, TestCase):
         events = list(self.shopper(session_id="t").run("tidy up", stream=True))
         assert kinds(events) == ["RunPaused"]
 
-    def test_a_team_or_workflow_run_never_runs_such_a_tool_unanswered(self):
+    def test_a_teams_run_never_runs_such_a_tool_unanswered(self):
         from sessions_core import Team
 
         team = Team(name="Crew", model=self.model, members=[self.agent(name="Helper")], tools=[delete_file],
@@ -469,6 +471,36 @@ class TestTwoContinuations(HumanInTheLoopMixin, TransactionTestCase):
         session = ChatSession.objects.get(session_id="s")
         assert session.session_state["deleted"] == ["a.txt"]  # the tool ran once
         assert len(self.llm.requests) == 2 and Message.objects.filter(tool_call_id="call_2").count() == 1
+
+    def test_a_continuation_waits_its_turn_while_another_run_holds_the_session(self):
+        agent = self.shopper()
+        output = self.pause_on_delete(agent)
+        output.requirements[0].confirm()
+        session_pk = ChatSession.objects.get(session_id="s").pk
+        results = {}
+
+        def in_thread(name, call):
+            def work():
+                try:
+                    results[name] = call()
+                finally:
+                    connections.close_all()
+            thread = threading.Thread(target=work)
+            thread.start()
+            return thread
+
+        with Gate() as gate:
+            self.llm.add(Text("Busy reply.", wait_event=gate), Text("Deleted."))
+            other = in_thread("other", lambda: self.shopper().run("something else"))
+            assert self.llm.wait_for_requests(2)  # the other run holds the lease, its reply held
+            waiting = in_thread("continued", lambda: self.shopper().continue_run(run_response=output))
+            until(lambda: registry._lease_waiters.get(session_pk))  # it waits for the lease
+            assert self.stored(output.run_id).status == RunStatus.PAUSED and len(self.llm.requests) == 2
+        other.join(30)
+        waiting.join(30)
+
+        assert results["other"].content == "Busy reply." and results["continued"].status == RunStatus.COMPLETED
+        assert [request["messages"][-1].get("tool_call_id") for request in self.llm.requests[1:]] == [None, "call_2"]
 
     def test_the_pause_is_committed_for_other_connections(self):
         output = self.pause_on_delete()
