@@ -26,9 +26,11 @@ from sessions_core import (
     tool,
 )
 from sessions_core.component import Component
+from sessions_core.branches import RunNotFoundError
 from sessions_core.models import ChatSession, Message, Run, RunStatus, StateChange
-from sessions_core.run import registry
+from sessions_core.run import lifecycle, registry
 from tests.engine_helpers import EngineTestMixin, Gate, bulk_runs, kinds, make_users, snapshot
+from tests.factories import make_run, make_session, make_user
 from tests.llm_server import Text, ToolCalls
 from tests.test_restart import database_url
 from tests.test_run_lifecycle import until
@@ -204,6 +206,7 @@ class TestContinue(HumanInTheLoopMixin, TestCase):
 
         assert (result.run_id, result.status, result.content) == (output.run_id, RunStatus.COMPLETED, "Deleted it.")
         assert result.session_state == {"looked_up": ["notes.txt"], "deleted": ["a.txt"]}
+        assert result.metrics["model_calls"] == 2  # the paused part's and the continuation's
         sent = self.llm.requests[-1]["messages"]
         assert [(m["role"], m.get("tool_call_id")) for m in sent if m["role"] != "system"] == [
             ("user", None), ("assistant", None), ("tool", "call_1"), ("tool", "call_2")]
@@ -398,6 +401,26 @@ class TestRefusals(HumanInTheLoopMixin, TestCase):
 
         self.assert_refused(lambda: agent.continue_run(run_id=done.run_id), RunNotContinuableError,
                             "it is completed, not paused")
+
+    def test_another_agents_run_or_an_unknown_run(self):
+        output = self.pause_on_delete()
+        output.requirements[0].confirm()
+
+        other = self.shopper(name="Other")
+        self.assert_refused(lambda: other.continue_run(run_response=output), RunNotContinuableError,
+                            "it is a run of 'tester', not of 'other'")
+        self.assert_refused(lambda: self.shopper().continue_run(run_id="no-such-run"), RunNotFoundError)
+
+    def test_a_pause_that_a_stop_from_another_process_reached_first_ends_cancelled(self):
+        session = make_session(owner=make_user("ann"))
+        stopped = make_run(session, status=RunStatus.RUNNING, cancel_requested=True)
+        waiting = make_run(session, status=RunStatus.RUNNING)
+
+        assert lifecycle.pause(stopped.pk, "default") == RunStatus.CANCELLED
+        assert lifecycle.pause(waiting.pk, "default") == RunStatus.PAUSED
+        assert lifecycle.resume(waiting.pk, "default") and not lifecycle.resume(waiting.pk, "default")
+        assert dict(Run.objects.values_list("pk", "status")) == {stopped.pk: RunStatus.CANCELLED,
+                                                                  waiting.pk: RunStatus.RUNNING}
 
     def test_another_users_run_by_id_or_by_its_output(self):
         agent = self.shopper()
