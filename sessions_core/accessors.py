@@ -1,7 +1,8 @@
 """The session accessors every component shares (Agent, Team, Workflow), each with its async twin.
 
 `get_session_state`, `update_session_state`, `get_chat_history`, `get_session`, `get_last_run_output`,
-`get_session_name`, `set_session_name`, `get_session_summary`, `delete_session`, `get_sessions`:
+`get_run_output`, `get_session_name`, `set_session_name`, `get_session_summary`, `delete_session`,
+`get_sessions`:
 Agno's names and arguments. Every one of them loads its session through `owners.owned_session`, so
 another user's session id is refused the same way everywhere. The async twin is the implementation;
 the sync one is a one-line adapter through `bridge`.
@@ -23,6 +24,7 @@ from .history import ChatMessage, chat_history
 from .models import ChatSession, Message, NameSource, Run, RunStatus
 from .outputs import RunOutput
 from .owners import owned_session, required_session_id, sessions_of, user_label, validate_session_id
+from .requirements import RunRequirement
 from .run import lifecycle
 from .storable import storable
 from .summary import SessionSummary
@@ -142,9 +144,24 @@ class SessionAccessors:
     def get_last_run_output(self, session_id: str | None = None, user_id=None) -> RunOutput | None:
         return run_sync(lambda: self.aget_last_run_output(session_id, user_id))
 
+    async def aget_run_output(self, run_id: str, session_id: str | None = None, user_id=None) -> RunOutput | None:
+        """A stored top-level run of the session (a paused one with its requirements, to answer and pass
+        to `continue_run`); None if the session has no such run."""
+        def load():
+            session = self._owned(session_id, user_id)
+            run = Run.objects.using(self.db_alias).begun().filter(session=session, run_id=run_id,
+                                                                  parent_run__isnull=True).first()
+            return None if run is None else self._run_output(session, run)
+
+        return await call_sync(load)
+
+    def get_run_output(self, run_id: str, session_id: str | None = None, user_id=None) -> RunOutput | None:
+        return run_sync(lambda: self.aget_run_output(run_id, session_id, user_id))
+
     def _run_output(self, session: ChatSession, run: Run) -> RunOutput:
         """A stored top-level run as the RunOutput a run returned."""
         messages = [ChatMessage.from_row(row) for row in run.messages.using(self.db_alias).order_by("seq")]
+        requirements = [RunRequirement.from_dict(data) for data in run.requirements or []] or None
         return RunOutput(
             run_id=run.run_id, session_id=session.session_id,
             user_id=user_label(session.owner) if session.owner_id else None, agent_id=self.id,
@@ -152,6 +169,7 @@ class SessionAccessors:
             status=run.status, error=run.error, messages=messages, metrics=run.metrics,
             session_state=session.state_at(run.state_version) if run.state_version is not None else {},
             state_version=run.state_version or 0, model=run.model_id, created_at=int(run.created_at.timestamp()),
+            requirements=requirements, tools=[requirement.tool_execution for requirement in requirements or []],
         )
 
     async def aget_session_summary(self, session_id: str | None = None, user_id=None) -> SessionSummary | None:

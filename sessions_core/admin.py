@@ -169,7 +169,7 @@ class RunAdmin(WrittenByTheEngine):
     list_select_related = ["session"]
     search_fields = ["run_id", "session__session_id", "step_name"]
     raw_id_fields = ["session", "parent_run"]
-    readonly_fields = ["run_id", "metrics", "history_seqs", "step_runs"]
+    readonly_fields = ["run_id", "metrics", "history_seqs", "requirements", "step_runs"]
     show_full_result_count = False
     actions = ["stop_runs"]
 

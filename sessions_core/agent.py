@@ -16,6 +16,10 @@ from .accessors import AgentSession
 from .component import Component
 from .config import RunConfig
 from .model_api import Model
+from .outputs import RunOutput
+from .owners import validate_session_id
+from .requirements import RunRequirement
+from .run.pause import ContinuedRun
 from .run.root import RootRun
 from .tools import Function, RunContext, collect_functions
 
@@ -164,6 +168,41 @@ class Agent(Component):
     def _make_loop(self, config: RunConfig, input, *, session_id, user, session_state, run_id, branch=None) -> RootRun:
         return RootRun(config, input, session_id=session_id, user=user, session_state=session_state, run_id=run_id,
                        branch=branch)
+
+    # -- runs that wait for a person (run/pause.py) --------------------------------------------------
+
+    def continue_run(self, run_response: RunOutput | None = None, *, run_id: str | None = None,
+                     requirements: list[RunRequirement] | None = None, session_id: str | None = None,
+                     user_id=None, stream: bool | None = None, stream_events: bool | None = None,
+                     yield_run_output: bool = False, **options):
+        """Continue a paused run with the answers to its requirements: `continue_run(run_response=out)`
+        (the requirements answered on it) or `continue_run(run_id=..., session_id=..., requirements=[...])`.
+        Returns the run's output (or, with stream=True, its events, RunContinued first), same run id."""
+        self._check_options("continue_run", options)
+        return self._sync(lambda streaming: self.acontinue_run(
+            run_response, run_id=run_id, requirements=requirements, session_id=session_id, user_id=user_id,
+            stream=streaming, stream_events=stream_events, yield_run_output=yield_run_output, **options), stream)
+
+    def acontinue_run(self, run_response: RunOutput | None = None, *, run_id: str | None = None,
+                      requirements: list[RunRequirement] | None = None, session_id: str | None = None,
+                      user_id=None, stream: bool | None = None, stream_events: bool | None = None,
+                      yield_run_output: bool = False, **options):
+        """Async twin of `continue_run`: await it for the output, or iterate it (stream=True) for events.
+        The caller is `user_id` (else the agent's), never the output's: another user's run is refused."""
+        self._check_options("acontinue_run", options)
+        answers = list(requirements or [])
+        if run_response is not None:
+            run_id, session_id = run_response.run_id, run_response.session_id
+            answers = list(run_response.requirements or []) + answers
+        elif run_id is None:
+            raise ValueError("Either run_response or run_id must be provided.")
+        elif not (session_id or self.session_id):
+            raise ValueError("Session ID is required to continue a run from a run_id.")
+        stream, stream_events = self._streaming(stream, stream_events)
+        user = user_id if user_id not in (None, "") else self.user_id
+        loop = ContinuedRun(self.run_config(stream_events, options), run_id=str(run_id), answers=answers,
+                            session_id=validate_session_id(session_id or self.session_id), user=user)
+        return self._drive(loop, stream, stream_events, yield_run_output)
 
     async def _agenerate_name(self, session_id, user_id) -> tuple[str, bool]:
         """One model call over the last three runs: at most five words (a fallback if the model fails)."""

@@ -30,6 +30,8 @@ from .steps import content_text
 _CONTENT = frozenset({RunEvent.run_content, RunEvent.team_run_content})
 _ERRORS = frozenset({RunEvent.run_error, RunEvent.team_run_error, RunEvent.workflow_error})
 _ENDED_BADLY = _ERRORS | {RunEvent.run_cancelled, RunEvent.team_run_cancelled, RunEvent.workflow_cancelled}
+# A run that waits for a person says so, and says when it goes on, to every stream.
+_WAITING = frozenset({RunEvent.run_paused, RunEvent.run_continued})
 
 
 class Component(SessionAccessors):
@@ -102,9 +104,16 @@ class Component(SessionAccessors):
     def _start(self, input, branch, *, session_id, user_id, session_state, stream, stream_events, run_id,
                yield_run_output, options):
         """The one way a run is started: await the result for the output, or iterate it (stream=True)."""
-        stream = self.stream if stream is None else stream
-        stream_events = bool(stream and (self.stream_events if stream_events is None else stream_events))
+        stream, stream_events = self._streaming(stream, stream_events)
         loop = self._loop(input, session_id, user_id, session_state, run_id, stream_events, options, branch)
+        return self._drive(loop, stream, stream_events, yield_run_output)
+
+    def _streaming(self, stream, stream_events) -> tuple[bool, bool]:
+        """A call's stream and stream_events, the component's where not given."""
+        stream = self.stream if stream is None else stream
+        return bool(stream), bool(stream and (self.stream_events if stream_events is None else stream_events))
+
+    def _drive(self, loop, stream: bool, stream_events: bool, yield_run_output: bool):
         if stream:
             return self._stream(loop, stream_events, yield_run_output)
         return self._complete(loop)
@@ -238,7 +247,7 @@ def _content_only(loop, event) -> bool:
     kind = event.event
     if kind in _CONTENT:
         return loop.config.kind != "team" or event.run_id == loop.run_id
-    return kind in _ENDED_BADLY and event.run_id == loop.run_id
+    return (kind in _ENDED_BADLY or kind in _WAITING) and event.run_id == loop.run_id
 
 
 class _Printer:

@@ -32,6 +32,28 @@ class QueuedRunTakenError(SessionError, ValueError):
         super().__init__(f"Run {run_id} is not a queued run of session {session_id!r} whose process has stopped.")
 
 
+class RunNotContinuableError(SessionError, ValueError):
+    """`continue_run` of a run that is not paused (it completed, was cancelled, or another continuation
+    took it first), or that is not this component's; nothing was changed."""
+
+    def __init__(self, run_id: str, reason: str):
+        self.run_id, self.reason = run_id, reason
+        super().__init__(f"Cannot continue run {run_id}: {reason}; nothing was changed.")
+
+
+class UnresolvedRequirementsError(SessionError, ValueError):
+    """`continue_run` with a requirement left unanswered; nothing was changed."""
+
+    def __init__(self, run_id: str, tool_names: list[str]):
+        self.run_id, self.tool_names = run_id, tool_names
+        super().__init__(f"Cannot continue run {run_id}: unresolved requirements: {tool_names}; answer each "
+                         "(confirm, reject, provide_user_input or set_external_execution_result). Nothing was changed.")
+
+
+class Paused(Exception):
+    """A run stops to wait for a person (raised by its model loop; the run is stored paused)."""
+
+
 class Cancelled(Exception):
     """A run was asked to stop (raised inside it, at the next point where it looks)."""
 

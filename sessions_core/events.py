@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
-from .state import copy_tree
+from .requirements import ToolExecution  # noqa: F401 (the tool of the tool-call events)
 
 
 class RunEvent(str, Enum):
@@ -29,6 +29,8 @@ class RunEvent(str, Enum):
     run_completed = "RunCompleted"
     run_error = "RunError"
     run_cancelled = "RunCancelled"
+    run_paused = "RunPaused"
+    run_continued = "RunContinued"
     session_summary_started = "SessionSummaryStarted"
     session_summary_completed = "SessionSummaryCompleted"
     # teams
@@ -70,27 +72,6 @@ def _plain(value):
     if isinstance(value, list):
         return [_plain(item) for item in value]
     return value
-
-
-@dataclass(kw_only=True)
-class ToolExecution:
-    tool_call_id: str
-    tool_name: str
-    tool_args: dict = field(default_factory=dict)
-    result: str | None = None
-    tool_call_error: bool = False
-    metrics: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def snapshot(self) -> ToolExecution:
-        """A copy for an event: the call as it is now, unchanged when its result and metrics come.
-        Its arguments are parsed JSON (copied container by container), which is much quicker than
-        asdict's generic deep copy; this runs twice per tool call of every streamed run."""
-        return ToolExecution(tool_call_id=self.tool_call_id, tool_name=self.tool_name,
-                             tool_args=copy_tree(self.tool_args), result=self.result,
-                             tool_call_error=self.tool_call_error, metrics=dict(self.metrics))
 
 
 @dataclass(kw_only=True)
@@ -187,6 +168,31 @@ class RunCancelledEvent(BaseRunEvent):
     event = RunEvent.run_cancelled
     reason: str = ""
     content: str = ""
+
+
+@dataclass(kw_only=True)
+class RunPausedEvent(BaseRunEvent):
+    """The run waits for a person: `requirements` (RunRequirement) says for what; `continue_run` answers."""
+
+    event = RunEvent.run_paused
+    content: str = ""
+    tools: list = field(default_factory=list)  # [ToolExecution]: the calls that wait
+    requirements: list = field(default_factory=list)  # [RunRequirement]: every one of the run, answered or not
+
+    @property
+    def is_paused(self) -> bool:
+        return True
+
+    @property
+    def active_requirements(self) -> list:
+        return [requirement for requirement in self.requirements if not requirement.is_resolved()]
+
+
+@dataclass(kw_only=True)
+class RunContinuedEvent(BaseRunEvent):
+    """A paused run goes on (`continue_run`): the first event of its stream, under the same run id."""
+
+    event = RunEvent.run_continued
 
 
 @dataclass(kw_only=True)
@@ -379,7 +385,7 @@ class LoopExecutionCompletedEvent(_ContainerEvent):
 RUN_EVENT_CLASSES = {
     "agent": {"started": RunStartedEvent, "content": RunContentEvent, "tool_started": ToolCallStartedEvent,
               "tool_completed": ToolCallCompletedEvent, "completed": RunCompletedEvent, "error": RunErrorEvent,
-              "cancelled": RunCancelledEvent},
+              "cancelled": RunCancelledEvent, "paused": RunPausedEvent, "continued": RunContinuedEvent},
     "team": {"started": TeamRunStartedEvent, "content": TeamRunContentEvent,
              "tool_started": TeamToolCallStartedEvent, "tool_completed": TeamToolCallCompletedEvent,
              "completed": TeamRunCompletedEvent, "error": TeamRunErrorEvent, "cancelled": TeamRunCancelledEvent},

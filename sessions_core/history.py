@@ -130,11 +130,15 @@ def _history_sql(vendor: str, by_runs: bool, of_component: bool) -> str:
         runs = f"r.{column(Run, 'parent_run')} IS NULL AND NOT r.{column(Run, 'abandoned')}"
     last_runs = (f"SELECT r.{column(Run, 'id')} FROM {run} r WHERE r.{column(Run, 'session')} = %s"
                  f" AND r.{column(Run, 'status')} = %s AND {runs} ORDER BY r.{column(Run, 'id')} DESC LIMIT %s")
-    seq = f"m.{column(Message, 'seq')}"
+    # Run by run (a run's messages together, in order): a run continued after a pause has messages on
+    # both sides of the runs made meanwhile, and a tool call must be followed by its results.
+    run_then_seq = f"m.{column(Message, 'run')}{{0}}, m.{column(Message, 'seq')}{{0}}"
     sql = (f"SELECT {fields} FROM {message} m WHERE m.{column(Message, 'run')} IN ({last_runs})"
-           f" AND m.{column(Message, 'role')} <> %s ORDER BY {seq}")
+           f" AND m.{column(Message, 'role')} <> %s ORDER BY ")
+    if by_runs:
+        return sql + run_then_seq.format("")
     # By messages: the last N among its last N runs (each run has a message at least), newest first.
-    return sql if by_runs else sql + " DESC LIMIT %s"
+    return sql + run_then_seq.format(" DESC") + " LIMIT %s"
 
 
 def _typed(row: tuple, connection) -> tuple:
@@ -180,10 +184,11 @@ def _with_run_id(message: ChatMessage, run_id: str) -> ChatMessage:
 
 
 def completed_messages(session_pk: int, alias: str, last_n_runs: int | None = None) -> list[ChatMessage]:
-    """Messages of the completed top-level runs on the session's branch (the last `last_n_runs`), oldest first."""
+    """Messages of the completed top-level runs on the session's branch (the last `last_n_runs`), oldest
+    first, run by run."""
     runs = Run.objects.using(alias).filter(session_id=session_pk, status=RunStatus.COMPLETED, parent_run__isnull=True,
                                            abandoned=False)
     if last_n_runs is not None:
         runs = runs.order_by("-id")[:last_n_runs]
     rows = Message.objects.using(alias).filter(run_id__in=runs.values("id")).exclude(role=Role.SYSTEM)
-    return _messages(rows.order_by("seq").values_list(*HISTORY_FIELDS))
+    return _messages(rows.order_by("run_id", "seq").values_list(*HISTORY_FIELDS))

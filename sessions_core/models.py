@@ -238,6 +238,10 @@ class Run(models.Model):
     history_seqs = models.JSONField(
         null=True, blank=True, help_text="Seqs of earlier messages sent as history (store_history_messages)."
     )
+    requirements = models.JSONField(
+        null=True, blank=True,
+        help_text="A run that waited for a person: each tool call it waited on, what was asked, and the answer "
+                  "(confirmed or rejected, the note, the input, the result; when and by whom).")
     cancel_requested = models.BooleanField(default=False)
     claimed_until = models.DateTimeField(
         null=True, blank=True,

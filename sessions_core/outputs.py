@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .events import ToolExecution
+from .requirements import ToolExecution
 from .history import ChatMessage
 from .models import RunStatus
 
@@ -30,6 +30,33 @@ class RunOutput:
     model: str = ""
     model_provider: str = ""
     created_at: int = 0  # seconds since the epoch, as in Agno
+    # A run that waited for a person: every RunRequirement of it, answered or not (requirements.py).
+    requirements: list | None = None
+
+    @property
+    def is_paused(self) -> bool:
+        return self.status == RunStatus.PAUSED
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self.status == RunStatus.CANCELLED
+
+    @property
+    def active_requirements(self) -> list:
+        """The requirements still waiting for an answer."""
+        return [requirement for requirement in self.requirements or [] if not requirement.is_resolved()]
+
+    @property
+    def tools_requiring_confirmation(self) -> list[ToolExecution]:
+        return [r.tool_execution for r in self.active_requirements if r.needs_confirmation]
+
+    @property
+    def tools_requiring_user_input(self) -> list[ToolExecution]:
+        return [r.tool_execution for r in self.active_requirements if r.needs_user_input]
+
+    @property
+    def tools_awaiting_external_execution(self) -> list[ToolExecution]:
+        return [r.tool_execution for r in self.active_requirements if r.needs_external_execution]
 
 
 @dataclass

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import re
 import time
 import typing
@@ -20,7 +21,10 @@ from asgiref.sync import async_to_sync
 
 from . import limits
 from .bridge import call_sync
+from .requirements import UserInputField
 from .storable import storable
+
+logger = logging.getLogger("sessions_core")
 
 INJECTED_PARAMS = ("run_context", "agent", "team")
 DELEGATE_TOOL = "delegate_task_to_member"  # a Team's tool that hands a task to a member (team.py)
@@ -52,15 +56,32 @@ class Function:
     # A tool that is a run of its own (a team's delegation to a member): an async generator function of
     # (the calling run, the arguments) yielding that run's events, then the tool's result.
     child_runner: Callable | None = None
+    # A tool that waits for a person (requirements.py): at most one of the three. `user_input_fields` are
+    # left out of what the model is offered; `user_input_schema` lists every argument the user may set.
+    requires_confirmation: bool = False
+    requires_user_input: bool = False
+    user_input_fields: list[str] | None = None
+    user_input_schema: list[UserInputField] | None = None
+    external_execution: bool = False
+    external_execution_silent: bool = False
+
+    @property
+    def needs_person(self) -> bool:
+        """A call of it pauses the run until a person answers."""
+        return self.requires_confirmation or self.requires_user_input or self.external_execution
 
     @classmethod
-    def from_callable(cls, fn: Callable, name: str | None = None, description: str | None = None) -> Function:
+    def from_callable(cls, fn: Callable, name: str | None = None, description: str | None = None,
+                      **person) -> Function:
+        """The tool of `fn`; `person` holds the `tool` decorator's options for a tool that waits for a person."""
         if isinstance(fn, Function):
             return fn
+        person = _person_options(person)
+        asked = set(person.get("user_input_fields") or ())
         doc_description, param_docs = _parse_docstring(inspect.getdoc(fn) or "")
         signature = inspect.signature(fn)
         hints = typing.get_type_hints(fn, include_extras=True)
-        fields, injected = {}, []
+        fields, injected, schema_fields = {}, [], []
         for param in signature.parameters.values():
             if param.name in INJECTED_PARAMS:
                 injected.append(param.name)
@@ -68,16 +89,31 @@ class Function:
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 continue
             annotation = hints.get(param.name, Any)
+            schema_fields.append(UserInputField(param.name, annotation, param_docs.get(param.name)))
+            if param.name in asked:  # the user gives it: the model is not asked for it
+                continue
             default = ... if param.default is param.empty else param.default
             fields[param.name] = (annotation, pydantic.Field(default, description=param_docs.get(param.name)))
+        unknown = sorted(asked - {item.name for item in schema_fields})
+        if unknown:
+            raise ValueError(f"user_input_fields names no argument of {fn.__name__}: {', '.join(unknown)}")
         schema = pydantic.create_model(f"{fn.__name__}_args", **fields).model_json_schema()
+        if person.get("requires_user_input"):
+            person["user_input_schema"] = schema_fields
         return cls(
             name=name or fn.__name__,
             description=description or doc_description,
             parameters=_clean_schema(schema),
             entrypoint=fn,
             injected=tuple(injected),
+            **person,
         )
+
+    def waiting_for(self, **person) -> Function:
+        """This tool, waiting for a person as `person` says (a Toolkit's `*_tools` lists)."""
+        merged = {key: getattr(self, key) for key in PERSON_OPTIONS}
+        merged.update({key: value for key, value in person.items() if value})
+        return Function.from_callable(self.entrypoint, name=self.name, description=self.description, **merged)
 
     def to_openai(self) -> dict:
         return {
@@ -86,28 +122,81 @@ class Function:
         }
 
 
-def tool(name: str | None = None, description: str | None = None):
-    """Decorator giving a tool another name or description than its function's."""
+PERSON_OPTIONS = ("requires_confirmation", "requires_user_input", "user_input_fields", "external_execution",
+                  "external_execution_silent")
+TOOL_OPTIONS = frozenset({"name", "description", *PERSON_OPTIONS})
+
+
+def _person_options(options: dict) -> dict:
+    """The `tool` options of a tool that waits for a person, checked as Agno checks them: at most one
+    of the three kinds; input fields imply `requires_user_input`."""
+    options = {key: value for key, value in options.items() if value not in (None, False)}
+    if options.get("user_input_fields"):
+        options["requires_user_input"] = True
+    if sum(bool(options.get(key)) for key in ("requires_user_input", "requires_confirmation",
+                                               "external_execution")) > 1:
+        raise ValueError("Only one of 'requires_user_input', 'requires_confirmation', or 'external_execution' "
+                         "can be set to True at the same time.")
+    if "user_input_fields" in options:
+        options["user_input_fields"] = list(options["user_input_fields"])
+    return options
+
+
+def tool(*args, **options):
+    """Decorator making a function a tool: `@tool`, or `@tool(name=..., description=...,
+    requires_confirmation=..., requires_user_input=..., user_input_fields=[...], external_execution=...)`."""
+    unknown = sorted(set(options) - TOOL_OPTIONS)
+    if unknown:
+        raise ValueError(f"Invalid tool configuration arguments: {unknown}. "
+                         f"Valid arguments are: {sorted(TOOL_OPTIONS)}")
+    _person_options({key: value for key, value in options.items() if key in PERSON_OPTIONS})
 
     def wrap(fn: Callable) -> Function:
-        return Function.from_callable(fn, name=name, description=description)
+        return Function.from_callable(fn, **options)
 
+    if args:
+        if len(args) != 1 or not callable(args[0]) or options:
+            raise TypeError("tool() takes keyword arguments only (or is used bare, as @tool)")
+        return wrap(args[0])
     return wrap
 
 
 class Toolkit:
-    """A named group of tools; subclasses may pass bound methods as `tools`."""
+    """A named group of tools; subclasses may pass bound methods as `tools`. The `*_tools` lists name
+    tools that wait for a person (as `@tool(requires_confirmation=True)` etc. would)."""
 
-    def __init__(self, name: str = "toolkit", tools: list[Callable] | None = None):
+    def __init__(self, name: str = "toolkit", tools: list[Callable] | None = None, *,
+                 requires_confirmation_tools: list[str] | None = None,
+                 requires_user_input_tools: list[str] | None = None,
+                 external_execution_required_tools: list[str] | None = None):
         self.name = name
         self.tools = list(tools or [])
+        self.requires_confirmation_tools = list(requires_confirmation_tools or [])
+        self.requires_user_input_tools = list(requires_user_input_tools or [])
+        self.external_execution_required_tools = list(external_execution_required_tools or [])
+        lists = (self.requires_confirmation_tools, self.requires_user_input_tools,
+                 self.external_execution_required_tools)
+        twice = sorted(name for name in set().union(*lists) if sum(name in names for names in lists) > 1)
+        if twice:
+            raise ValueError(f"A tool waits for one kind of answer only: {', '.join(twice)} is in two lists.")
 
     def register(self, fn: Callable, name: str | None = None) -> None:
         """Add a tool (Agno's Toolkit.register)."""
         self.tools.append(Function.from_callable(fn, name=name) if name else fn)
 
     def functions(self) -> list[Function]:
-        return [Function.from_callable(fn) for fn in self.tools]
+        functions = [Function.from_callable(fn) for fn in self.tools]
+        flags = {"requires_confirmation": self.requires_confirmation_tools,
+                 "requires_user_input": self.requires_user_input_tools,
+                 "external_execution": self.external_execution_required_tools}
+        names = {function.name for function in functions}
+        for flag, listed in flags.items():
+            missing = [name for name in listed if name not in names]
+            if missing:
+                logger.warning("%s: tool(s) not present in the toolkit %r: %s", flag, self.name, ", ".join(missing))
+        return [function.waiting_for(**{flag: True for flag, listed in flags.items() if function.name in listed})
+                if any(function.name in listed for listed in flags.values()) else function
+                for function in functions]
 
 
 def collect_functions(tools) -> dict[str, Function]:

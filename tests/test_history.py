@@ -291,9 +291,9 @@ class TestHistoryStatement(TestCase):
     def orm(self, runs, num_runs=None, num_messages=None):
         messages = Message.objects.exclude(role=Role.SYSTEM)
         if num_runs is not None:
-            return list(messages.filter(run_id__in=runs.values("id")[:num_runs]).order_by("seq")
+            return list(messages.filter(run_id__in=runs.values("id")[:num_runs]).order_by("run_id", "seq")
                         .values_list(*HISTORY_FIELDS))
-        rows = messages.filter(run_id__in=runs.values("id")).order_by("-seq").values_list(*HISTORY_FIELDS)
+        rows = messages.filter(run_id__in=runs.values("id")).order_by("-run_id", "-seq").values_list(*HISTORY_FIELDS)
         return list(rows[:num_messages])[::-1]
 
     def test_by_runs_and_by_messages_read_what_the_orm_reads(self):

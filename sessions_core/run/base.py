@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from .. import limits
 from .. import state as state_module
 from ..config import RunConfig
-from ..errors import Cancelled, RunFailed
+from ..errors import Cancelled, Paused, RunFailed
 from ..events import RUN_EVENT_CLASSES, BaseRunEvent
 from ..history import ChatMessage
 from ..model_api import ModelError
@@ -40,6 +40,9 @@ class BaseRun(ModelLoop):
 
     parent: BaseRun | None = None
     child_class: type[BaseRun]  # the class of the runs inside it (child.ChildRun)
+    continued = False  # a paused run's continuation (run/pause.py)
+    can_pause = False  # whether a call of a tool that waits for a person pauses it (else the model is told no)
+    prior_metrics: dict | None = None  # a continued run's metrics before this part of it
 
     def __init__(self, config: RunConfig, input, *, session_id: str, user, run_id: str | None = None,
                  step_name: str = "", source_prefix: str = ""):
@@ -127,6 +130,8 @@ class BaseRun(ModelLoop):
             status, error, error_type = RunStatus.ERROR, str(exc), "run_failed"
         except Cancelled:
             status = RunStatus.CANCELLED
+        except Paused:
+            status = RunStatus.PAUSED
         except Exception as exc:  # a bug in a hook or in us: the run fails loudly and nothing is lost
             logger.exception("Run %s in session %s failed", self.run_id, self.session_id)
             status, error, error_type = RunStatus.ERROR, f"{type(exc).__name__}: {exc}", "internal_error"
@@ -151,7 +156,8 @@ class BaseRun(ModelLoop):
         elif status == RunStatus.ERROR:
             out.content = error
         if self.started:  # (a run cancelled while it waited its turn never started)
-            out.metrics["duration"] = round(time.perf_counter() - self.started, 6)
+            before = (self.prior_metrics or {}).get("duration", 0)  # a continued run's time before its pause
+            out.metrics["duration"] = round(before + time.perf_counter() - self.started, 6)
 
     def stored_messages(self) -> list[ChatMessage]:
         """The run's new messages as they are stored (tool calls and results left out if so configured)."""
@@ -164,12 +170,18 @@ class BaseRun(ModelLoop):
         content = self.output.content
         if isinstance(content, BaseModel):
             content = content.model_dump_json()
-        return {"content": content if isinstance(content, str) else json.dumps(content, default=str),
-                "content_type": self.output.content_type, "error": error, "metrics": self.output.metrics}
+        fields = {"content": content if isinstance(content, str) else json.dumps(content, default=str),
+                  "content_type": self.output.content_type, "error": error, "metrics": self.output.metrics}
+        if self.output.requirements:  # every call it waited on, with its answer (requirements.py)
+            fields["requirements"] = [requirement.to_dict() for requirement in self.output.requirements]
+        return fields
 
     def _final_events(self, status: str, error_type: str, completed: bool = True) -> list[BaseRunEvent]:
         """How the run ended: its error, or its cancellation and (unless not `completed`) its completion."""
         out = self.output
+        if out.status == RunStatus.PAUSED:
+            waiting = [requirement.tool_execution.snapshot() for requirement in out.active_requirements]
+            return [self.event("paused", content=out.content, tools=waiting, requirements=out.requirements)]
         if out.status == RunStatus.ERROR:  # the run's failure, or the database refusing its outcome
             return [self.event("error", content=out.error,
                                error_type=error_type if status == RunStatus.ERROR else "storage_error")]

@@ -1,6 +1,10 @@
 """A root run's finish: its messages, the state and every change of it, the lease and its outcome, stored in
 one transaction; tried again while the database connection is lost; a refused outcome still frees the
 session at once.
+
+A pause (a run that waits for a person) is stored the same way: its messages so far, its state changes
+(committed and versioned as a finished run's), the lease released; the run moves to `paused` with its
+requirements instead of ending.
 """
 
 from __future__ import annotations
@@ -29,9 +33,12 @@ async def finish(run, status: str, error: str) -> None:
     out = run.output
     error = storable(error)
     run._settle_output(status, error)
-    keep_state = status in (RunStatus.COMPLETED, RunStatus.CANCELLED)
+    keep_state = status in (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.PAUSED)
     try:
-        out.session_state, out.state_version = await _store_outcome(run, status, error, keep_state)
+        out.session_state, out.state_version, stored = await _store_outcome(run, status, error, keep_state)
+        if stored != status:  # a pause that a stop from another process turned into a cancellation
+            run.outcome = (stored, error, "")
+            run._settle_output(stored, error)
     except DatabaseError as exc:
         # The database refused the outcome: say so on the run and free the session now, rather than
         # leave the run "running" and the next one waiting for the lease to expire.
@@ -68,12 +75,13 @@ async def _store_outcome(run, status, error, keep_state) -> tuple[dict, int]:
         pause = min(pause * 2, 1.0)
 
 
-def _stored_outcome(run) -> tuple[dict, int] | None:
-    """The session's state and version if this run's outcome is stored already, else None."""
-    if Run.objects.using(run.alias).filter(pk=run.start.run_pk, status=RunStatus.RUNNING).exists():
+def _stored_outcome(run) -> tuple[dict, int, str] | None:
+    """The session's state and version and the run's status if its outcome is stored already, else None."""
+    status = Run.objects.using(run.alias).filter(pk=run.start.run_pk).values_list("status", flat=True).get()
+    if status == RunStatus.RUNNING:
         return None
     session = ChatSession.objects.using(run.alias).only("session_state", "state_version").get(pk=run.start.session_pk)
-    return session.session_state, session.state_version
+    return session.session_state, session.state_version, status
 
 
 def _store_failure(run, error: str) -> None:
@@ -85,12 +93,13 @@ def _store_failure(run, error: str) -> None:
         lifecycle.release_lease(start.session_pk, run.lease_token, alias, now)
 
 
-def store_outcome(run, status, error, keep_state) -> tuple[dict, int]:
-    """Store the outcome in one transaction; the state and version stored. A failed run keeps the state as
-    it was; otherwise the state as of the run's last recorded change is stored."""
+def store_outcome(run, status, error, keep_state) -> tuple[dict, int, str]:
+    """Store the outcome in one transaction; the state and version stored, and the run's status. A failed
+    run keeps the state as it was; otherwise the state as of the run's last recorded change is stored."""
     alias, start, tracker, now = run.alias, run.start, run.tracker, timezone.now()
     changes = [(*change, None) for change in start.changes] + tracker.changes if keep_state else []
-    messages = run.stored_messages()
+    # A paused run keeps its tool traffic whatever store_tool_messages says: its continuation sends it.
+    messages = run.new_messages if status == RunStatus.PAUSED else run.stored_messages()
     with transaction.atomic(using=alias):
         # The usual case: the run still holds the lease (so its seqs are the session's) and nobody edited
         # the state meanwhile (so its changes apply as they are).
@@ -107,9 +116,14 @@ def store_outcome(run, status, error, keep_state) -> tuple[dict, int]:
         store.insert_messages(rows, alias)
         store.insert_changes(start.session_pk, changes, first_version, start.run_pk, now, alias)
         version = first_version + len(changes)
-        lifecycle.end(start.run_pk, status, alias, state_version=version, finished_at=now,
-                      **run.outcome_fields(error))
-    return state, version
+        fields = {"state_version": version, **run.outcome_fields(error)}
+        if status == RunStatus.PAUSED:
+            status = lifecycle.pause(start.run_pk, alias, **fields)
+        else:
+            if run.continued and not run.config.store_tool_messages:  # what it kept while it waited
+                store.drop_tool_messages(start.run_pk, alias)
+            lifecycle.end(start.run_pk, status, alias, finished_at=now, **fields)
+    return state, version, status
 
 
 def _merge_onto_session(run, keep_state, changes, messages, now):

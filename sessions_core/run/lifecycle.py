@@ -9,8 +9,9 @@ input, and starts in order once the lease is free. The process waiting to start 
 the session may take over (`orphans`). A queued run that is cancelled never began: its row is deleted,
 so the transcript, the branches and the history never see it. A running run holds the session's lease
 and renews it with a heartbeat; a lease that expires means its process stopped, and the next start
-marks that run `interrupted`. `paused` (a run waiting for a person) holds no lease. `cancel` stops a
-run in any of the open statuses, from any process.
+marks that run `interrupted`. `paused` (a run waiting for a person) holds no lease; `resume` moves it
+back to running for the one continuation that gets there first. `cancel` stops a run in any of the
+open statuses, from any process.
 
 Each transition is one conditional UPDATE (`status` must still be what the transition leaves), so two
 processes never both move the same run.
@@ -36,7 +37,7 @@ TRANSITIONS = {
                         RunStatus.INTERRUPTED},
     RunStatus.PAUSED: {RunStatus.RUNNING, RunStatus.CANCELLED},
     # A run marked interrupted whose process was only slow (its lease expired) still stores its outcome.
-    RunStatus.INTERRUPTED: {RunStatus.COMPLETED, RunStatus.ERROR, RunStatus.CANCELLED},
+    RunStatus.INTERRUPTED: {RunStatus.PAUSED, RunStatus.COMPLETED, RunStatus.ERROR, RunStatus.CANCELLED},
 }
 
 
@@ -64,10 +65,12 @@ def lease_live(session: ChatSession, now) -> bool:
     return bool(session.lease_token and session.lease_expires_at and session.lease_expires_at > now)
 
 
-def take_lease(session: ChatSession, token: str, run: Run, last_seq: int, now, alias: str) -> None:
-    """The run takes the session's lease (the session row locked) and becomes its current leaf."""
+def take_lease(session: ChatSession, token: str, run: Run | None, last_seq: int, now, alias: str) -> None:
+    """The run takes the session's lease (the session row locked) and becomes its current leaf (a
+    continued run, `run` None, stays where it is in the session's tree)."""
+    leaf = {} if run is None else {"current_leaf": run}
     ChatSession.objects.using(alias).filter(pk=session.pk).update(
-        lease_token=token, lease_expires_at=expiry(now), last_activity_at=now, last_seq=last_seq, current_leaf=run)
+        lease_token=token, lease_expires_at=expiry(now), last_activity_at=now, last_seq=last_seq, **leaf)
 
 
 def renew_lease(session_pk: int, token: str, alias: str) -> None:
@@ -181,6 +184,22 @@ def end(run_pk: int, status: str, alias: str, **fields) -> int:
     """running (or interrupted meanwhile) -> completed, error or cancelled."""
     return _move(Run.objects.using(alias).filter(pk=run_pk), (RunStatus.RUNNING, RunStatus.INTERRUPTED), status,
                  **fields)
+
+
+def pause(run_pk: int, alias: str, **fields) -> str:
+    """running (or interrupted meanwhile) -> paused, waiting for a person; a run asked to stop from another
+    process meanwhile ends cancelled instead. The status it took."""
+    runs = Run.objects.using(alias).filter(pk=run_pk)
+    if _move(runs.filter(cancel_requested=False), (RunStatus.RUNNING, RunStatus.INTERRUPTED), RunStatus.PAUSED,
+             **fields):
+        return RunStatus.PAUSED
+    end(run_pk, RunStatus.CANCELLED, alias, finished_at=timezone.now(), **fields)
+    return RunStatus.CANCELLED
+
+
+def resume(run_pk: int, alias: str, **fields) -> bool:
+    """paused -> running, for a continuation; False if it is not paused (continued or cancelled already)."""
+    return bool(_move(Run.objects.using(alias).filter(pk=run_pk), RunStatus.PAUSED, RunStatus.RUNNING, **fields))
 
 
 def end_children(parent_pk: int, status: str, alias: str, **fields) -> int:

@@ -23,10 +23,11 @@ from .. import prompt
 from .. import state as state_module
 from ..bridge import call_sync
 from ..errors import Cancelled
-from ..events import BaseRunEvent, StateChangedEvent, ToolExecution
+from ..events import BaseRunEvent, StateChangedEvent
 from ..history import ChatMessage
 from ..model_api import ModelChunk, ModelError
 from ..models import Role
+from ..requirements import ToolExecution
 from ..storable import storable, storable_tree
 from ..tools import call_tool, result_text, timed
 from . import lifecycle, registry
@@ -50,10 +51,14 @@ class ModelLoop:
         run_context = self.run_context
         # Token counts are what the server reported; a call that reported none (a stopped or failed
         # stream) makes the run's figure unknown: the keys are left out rather than a false 0.
-        metrics = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}
-        self.output.metrics = metrics
         token_keys = ("input_tokens", "output_tokens", "total_tokens")
+        metrics = carried_metrics(self.prior_metrics, token_keys)
+        self.output.metrics = metrics
         content_event = self.event_classes["content"]
+        # A continued run first gives the model the answered calls' results (run/pause.py).
+        async with aclosing(self._answer_calls(functions, run_context, wire, stream_events)) as answered:
+            async for event in answered:
+                yield event
         for _ in range(MAX_MODEL_CALLS):
             self.check_cancelled()
             metrics["model_calls"] += 1
@@ -94,9 +99,19 @@ class ModelLoop:
             if not calls:
                 self._set_content(reply)
                 return
+            waiting = []  # calls of tools that wait for a person, with their arguments
             for call in calls:
+                function = functions.get(call.name)
+                if function is not None and function.needs_person and self.can_pause:
+                    args, error, _refused = parse_arguments(call)
+                    if error is None:
+                        waiting.append((call, args, function))
+                        continue
                 async for event in self._run_tool(call, functions, run_context, wire, stream_events):
                     yield event
+            if waiting:
+                self.check_cancelled()  # a stop asked during the other calls wins over the pause
+                self._pause(waiting)
         raise ModelError(f"The model kept calling tools after {MAX_MODEL_CALLS} requests; the run was stopped.")
 
     def _set_content(self, reply: str) -> None:
@@ -111,23 +126,30 @@ class ModelLoop:
             raise ModelError(f"The model's reply does not match {schema.__name__}: {exc.errors()[0]['msg']}") from exc
         self.output.content_type = schema.__name__
 
-    async def _run_tool(self, call, functions, run_context, wire, stream_events) -> AsyncIterator[BaseRunEvent]:
-        execution = ToolExecution(tool_call_id=call.id, tool_name=call.name)
-        self.output.tools.append(execution)
+    def _pause(self, waiting: list) -> None:
+        """Raise `Paused` to wait for a person for `waiting` [(call, args, function)] (a root run: run/pause.py)."""
+        raise NotImplementedError
+
+    async def _answer_calls(self, functions, run_context, wire, stream_events) -> AsyncIterator[BaseRunEvent]:
+        """A continued run's answered calls, run or reported to the model (run/pause.py); none otherwise."""
+        return
+        yield
+
+    async def _run_tool(self, call, functions, run_context, wire, stream_events,
+                        execution: ToolExecution | None = None) -> AsyncIterator[BaseRunEvent]:
+        """Run one call the model made (or, given its `execution`, a call a person answered) and give the
+        model its result."""
+        answered = execution is not None
+        if not answered:
+            execution = ToolExecution(tool_call_id=call.id, tool_name=call.name)
+            self.output.tools.append(execution)
         function = functions.get(call.name)
-        refused = None  # an input over a limit (limits.py): the run fails once the call is on record
-        try:
-            limits.check_text(call.arguments or "{}", f"The arguments for {call.name}")
-            # NUL and lone surrogates (JSON escapes carry both) become U+FFFD before a tool sees them.
-            args = storable_tree(json.loads(call.arguments or "{}"))
-            if not isinstance(args, dict):
-                raise ValueError("arguments must be a JSON object")
-        except limits.LimitExceeded as exc:
-            args, error, refused = {}, f"Error: {exc}", exc
-        except ValueError as exc:
-            args, error = {}, f"Error: the arguments for {call.name} are not a valid JSON object ({exc})."
-        else:
-            error = None if function else f"Error: there is no tool named {call.name!r}."
+        args, error, refused = parse_arguments(call)
+        if error is None and function is None:
+            error = f"Error: there is no tool named {call.name!r}."
+        elif error is None and function.needs_person and not answered:  # a step's or member's call
+            error = (f"Error: {call.name} waits for a person's answer, which a workflow step or team member "
+                     "cannot ask for yet; it was not run.")
         execution.tool_args = args
         if stream_events:
             yield self.event("tool_started", tool=execution.snapshot())
@@ -168,9 +190,7 @@ class ModelLoop:
         else:
             execution.result, execution.tool_call_error = error, True
         execution.metrics = {"duration": elapsed()}
-        self.new_messages.append(ChatMessage(role=Role.TOOL, content=execution.result, tool_call_id=call.id,
-                                             tool_name=call.name, tool_error=execution.tool_call_error))
-        wire.append(self.new_messages[-1].to_wire())
+        self.tool_result(execution, wire)
         if stream_events:
             yield self.event("tool_completed", tool=execution.snapshot(),
                              content=f"{call.name}() completed in {execution.metrics['duration']:.4f}s.")
@@ -178,6 +198,13 @@ class ModelLoop:
             raise state_error or refused
         if recorded and stream_events:
             yield self.state_changed_event(*recorded)
+
+    def tool_result(self, execution: ToolExecution, wire: list) -> None:
+        """The model reads `execution`'s result (a call answered without running it here)."""
+        self.new_messages.append(ChatMessage(role=Role.TOOL, content=execution.result,
+                                             tool_call_id=execution.tool_call_id, tool_name=execution.tool_name,
+                                             tool_error=execution.tool_call_error))
+        wire.append(self.new_messages[-1].to_wire())
 
     def state_changed_event(self, patch: list, state_text: str) -> BaseRunEvent:
         """StateChanged for the change just recorded (the tracker's last)."""
@@ -240,3 +267,30 @@ class ModelLoop:
         except DatabaseError as exc:  # the text is kept here and stored at the end; the next checkpoint tries again
             logger.warning("Run %s: a checkpoint could not be stored (%s: %s)", self.run_id, type(exc).__name__, exc)
 
+
+def parse_arguments(call) -> tuple[dict, str | None, Exception | None]:
+    """The arguments of a call, or why they cannot be used: (args, error for the model, a limit refused)."""
+    try:
+        limits.check_text(call.arguments or "{}", f"The arguments for {call.name}")
+        # NUL and lone surrogates (JSON escapes carry both) become U+FFFD before a tool sees them.
+        args = storable_tree(json.loads(call.arguments or "{}"))
+        if not isinstance(args, dict):
+            raise ValueError("arguments must be a JSON object")
+    except limits.LimitExceeded as exc:
+        return {}, f"Error: {exc}", exc
+    except ValueError as exc:
+        return {}, f"Error: the arguments for {call.name} are not a valid JSON object ({exc}).", None
+    return args, None, None
+
+
+def carried_metrics(prior: dict | None, token_keys: tuple[str, ...]) -> dict:
+    """A run's metrics as its model loop starts: zero, or a continued run's so far."""
+    metrics = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "model_calls": 0}
+    if prior:
+        metrics.update({key: prior.get(key, 0) for key in metrics})
+        if "time_to_first_token" in prior:
+            metrics["time_to_first_token"] = prior["time_to_first_token"]
+        if "input_tokens" not in prior:  # unknown before the pause: unknown for the run
+            for key in token_keys:
+                metrics.pop(key)
+    return metrics

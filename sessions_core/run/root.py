@@ -25,11 +25,12 @@ from .. import prompt
 from .. import state as state_module
 from ..branches import start_branch
 from ..bridge import call_sync
-from ..errors import QueuedRunTakenError
+from ..errors import Paused, QueuedRunTakenError
 from ..events import BaseRunEvent, RunQueuedEvent, SessionSummaryCompletedEvent, SessionSummaryStartedEvent
 from ..history import ChatMessage
 from ..models import ChatSession, Role, Run, RunStatus
 from ..owners import owned_session
+from ..requirements import RunRequirement, paused_content
 from ..state_tracker import StateTracker
 from ..summary import aupdate_session_summary
 from ..tools import RunContext
@@ -135,6 +136,7 @@ class RootRun(BaseRun):
                 yield event
         status, error, error_type = self.outcome
         await self._finish(status, error)
+        status, error, error_type = self.outcome  # (a pause that a stop turned into a cancellation)
         for event in self._final_events(status, error_type):
             yield event
         if status == RunStatus.COMPLETED and self.config.enable_session_summaries:
@@ -167,7 +169,7 @@ class RootRun(BaseRun):
                 self._begin(start)
                 return
             try:
-                if self.config.stream_events and not self.seq:
+                if self.config.stream_events and not self.seq and self.queued_pk is not None:
                     yield self._event(RunQueuedEvent, input=self.input)
                 await registry.wait_for_lease(start.session_pk, delay)
             except (asyncio.CancelledError, GeneratorExit):
@@ -252,15 +254,7 @@ class RootRun(BaseRun):
             follows = target.follows_id
             if source == "regenerate":
                 self.input = self.output.input = self.raw_input = target.input
-        merged = state_module.merge_for_run(config.session_state, state_text, self.run_state,
-                                            config.overwrite_db_session_state)
-        start = Start(session_pk=session.pk, base_version=version, summary=session.summary, base_text=state_text,
-                      state=merged.state, state_text=merged.text, changes=merged.changes, state_error=merged.error)
-        if config.add_history_to_context and session.last_seq:
-            read = history_module.history_read(session.pk, config.num_history_runs, config.num_history_messages)
-            start.history = history_module.read_history(read, alias)
-        system = prompt.system_message(config, {**start.state, **self._injected()}, self.user_id, start.summary)
-        first = [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
+        start, first = self._opening(session, state_text, version)
         first.append(ChatMessage(role=Role.USER, content=self.input))
         fields = {"follows_id": follows, "input": self.input,
                   "history_seqs": [m.seq for m in start.history] if config.store_history_messages else None}
@@ -279,6 +273,37 @@ class RootRun(BaseRun):
         self.created_at = now.timestamp()
         self.output.created_at = int(self.created_at)
         return start
+
+    def _opening(self, session: ChatSession, state_text: str, version: int) -> tuple[Start, list[ChatMessage]]:
+        """On the locked session: the state merged from `state_text` (at `version`), the history and the
+        system message (a list of none or one) that open the run's request."""
+        config = self.config
+        merged = state_module.merge_for_run(config.session_state, state_text, self.run_state,
+                                            config.overwrite_db_session_state)
+        start = Start(session_pk=session.pk, base_version=version, summary=session.summary, base_text=state_text,
+                      state=merged.state, state_text=merged.text, changes=merged.changes, state_error=merged.error)
+        if config.add_history_to_context and session.last_seq:
+            read = history_module.history_read(session.pk, config.num_history_runs, config.num_history_messages)
+            start.history = history_module.read_history(read, self.alias)
+        system = prompt.system_message(config, {**start.state, **self._injected()}, self.user_id, start.summary)
+        return start, [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
+
+    # -- waiting for a person (run/pause.py continues it) -------------------------------------------------
+
+    @property
+    def can_pause(self) -> bool:
+        """An agent's run pauses for a tool that waits for a person (a team's and a workflow's do not yet)."""
+        return self.config.kind == "agent" and self.config.executor is None
+
+    def _pause(self, waiting: list) -> None:
+        out = self.output
+        out.requirements = out.requirements or []
+        for call, args, function in waiting:
+            requirement = RunRequirement.for_call(call.id, args, function)
+            out.tools.append(requirement.tool_execution)
+            out.requirements.append(requirement)
+        out.content = paused_content(out.active_requirements)
+        raise Paused()
 
     # -- liveness ----------------------------------------------------------------------------------------
 

@@ -7,10 +7,10 @@ session's length.
 from __future__ import annotations
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 
 from ..history import ChatMessage
-from ..models import ChatSession, Message, Run, StateChange
+from ..models import ChatSession, Message, Role, Run, StateChange
 from ..owners import owned_session, resolve_user
 
 
@@ -54,6 +54,17 @@ def message_rows(session_pk: int, run: Run | int, messages: list[ChatMessage], l
 def insert_messages(rows: list[Message], alias: str) -> None:
     if rows:
         Message.objects.using(alias).bulk_create(rows)
+
+
+def run_messages(run_pk: int, alias: str) -> list[ChatMessage]:
+    """A run's own stored messages but its system prompt, in order (a paused run's, to continue it)."""
+    rows = Message.objects.using(alias).filter(run_id=run_pk).exclude(role=Role.SYSTEM).order_by("seq")
+    return [ChatMessage.from_row(row) for row in rows]
+
+
+def drop_tool_messages(run_pk: int, alias: str) -> None:
+    """A continued run with store_tool_messages=False: the tool traffic it kept while it waited goes."""
+    Message.objects.using(alias).filter(Q(role=Role.TOOL) | Q(tool_calls__isnull=False), run_id=run_pk).delete()
 
 
 def insert_changes(session_pk: int, changes: list, first_version: int, default_run_pk: int, now,
