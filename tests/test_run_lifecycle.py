@@ -166,15 +166,21 @@ class TestQueue(EngineTestMixin, TransactionTestCase):
             self.agent().run(None, session_id="s", user_id="ann", run_id=waiting.run_id)
         assert Run.objects.get(pk=waiting.pk).status == RunStatus.QUEUED and self.llm.requests == []
 
-    async def test_a_stop_in_the_waiting_process_is_answered_as_a_stop_whoever_drops_the_row(self):
+    async def queued_behind_a_held_run(self, gate):
+        """A run held mid-reply by `gate` ("first"), and a second one's stream, waiting behind it: (the first's
+        stream, the second's, its RunQueued event)."""
         agent = self.agent()
+        self.llm.add(Text("First.", wait_event=gate))
+        first = agent.arun("first", session_id="s", user_id="ann", stream=True)
+        await anext(first)
+        stream = agent.arun("second", session_id="s", user_id="ann", stream=True, stream_events=True)
+        queued = await anext(stream)
+        assert queued.event == RunEvent.run_queued
+        return first, stream, queued
+
+    async def test_a_stop_in_the_waiting_process_is_answered_as_a_stop_whoever_drops_the_row(self):
         with Gate() as gate:
-            self.llm.add(Text("First.", wait_event=gate))
-            first = agent.arun("first", session_id="s", user_id="ann", stream=True)
-            await anext(first)
-            stream = agent.arun("second", session_id="s", user_id="ann", stream=True, stream_events=True)
-            queued = await anext(stream)
-            assert queued.event == RunEvent.run_queued
+            first, stream, queued = await self.queued_behind_a_held_run(gate)
             # Known in this process while it waits: True, even when its own next look drops the row first.
             assert registry.request_cancel(queued.run_id)
             assert await Component.acancel_run(queued.run_id)
@@ -186,13 +192,8 @@ class TestQueue(EngineTestMixin, TransactionTestCase):
         assert await sync_to_async(lambda: list(Run.objects.values_list("input", flat=True)))() == ["first"]
 
     async def test_a_caller_that_stops_listening_while_its_run_waits_cancels_it(self):
-        agent = self.agent()
         with Gate() as gate:
-            self.llm.add(Text("First.", wait_event=gate))
-            first = agent.arun("first", session_id="s", user_id="ann", stream=True)
-            await anext(first)
-            stream = agent.arun("second", session_id="s", user_id="ann", stream=True, stream_events=True)
-            assert (await anext(stream)).event == RunEvent.run_queued
+            first, stream, _ = await self.queued_behind_a_held_run(gate)
             assert await Run.objects.filter(input="second", status=RunStatus.QUEUED).aexists()
             await stream.aclose()
             statuses = await sync_to_async(lambda: dict(Run.objects.values_list("input", "status")))()
