@@ -56,6 +56,7 @@ class Agent(Component):
         add_history_to_context: bool = False,
         num_history_runs: int | None = None,
         num_history_messages: int | None = None,
+        max_tool_calls_from_history: int | None = None,
         store_history_messages: bool = False,
         store_tool_messages: bool = True,
         cache_session: bool = False,
@@ -97,6 +98,7 @@ class Agent(Component):
             num_history_runs = 3
         self.num_history_runs = num_history_runs
         self.num_history_messages = num_history_messages
+        self.max_tool_calls_from_history = max_tool_calls_from_history
         self.store_history_messages = store_history_messages
         self.store_tool_messages = store_tool_messages
         # Accepted for Agno compatibility. Every run reads the session from the database, which is
@@ -153,6 +155,7 @@ class Agent(Component):
             add_session_state_to_context=self.add_session_state_to_context,
             add_history_to_context=self.add_history_to_context, num_history_runs=self.num_history_runs,
             num_history_messages=self.num_history_messages,
+            max_tool_calls_from_history=self.max_tool_calls_from_history,
             add_session_summary_to_context=self.add_session_summary_to_context, output_schema=self.output_schema,
             dependencies=self.dependencies, metadata=self.metadata, session_state=self.session_state,
             overwrite_db_session_state=self.overwrite_db_session_state,

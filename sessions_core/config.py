@@ -38,6 +38,7 @@ class RunConfig:
     add_history_to_context: bool = False
     num_history_runs: int | None = 3
     num_history_messages: int | None = None
+    max_tool_calls_from_history: int | None = None  # the N most recent tool calls of the history are kept
     add_session_summary_to_context: bool = False
     output_schema: type | None = None
     dependencies: Mapping[str, Any] = field(default_factory=dict)

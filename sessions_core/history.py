@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from django.db import connections
@@ -17,12 +17,13 @@ from .models import Message, Role, Run, RunStatus
 class HistoryRead(NamedTuple):
     """A history read: the last `num_runs` runs, else the last `num_messages` messages, of the session's
     completed top-level runs on its branch or, with `component_id`, of one step agent's (or team
-    member's) own completed runs."""
+    member's) own completed runs; with `max_tool_calls`, only that many of their most recent tool calls."""
 
     session_pk: int
     num_runs: int | None
     num_messages: int | None
     component_id: str | None = None
+    max_tool_calls: int | None = None
 
 
 @dataclass
@@ -76,14 +77,14 @@ def _messages(rows, from_history: bool = False) -> list[ChatMessage]:
 
 
 def history_read(session_pk: int, num_runs: int | None, num_messages: int | None,
-                 component_id: str | None = None) -> HistoryRead | None:
+                 component_id: str | None = None, max_tool_calls: int | None = None) -> HistoryRead | None:
     """The read a run's start makes (`read_history`); None when that window holds nothing."""
     if num_runs is not None:
         if num_runs <= 0:
             return None
     elif not num_messages or num_messages <= 0:
         return None
-    return HistoryRead(session_pk, num_runs, num_messages, component_id)
+    return HistoryRead(session_pk, num_runs, num_messages, component_id, max_tool_calls)
 
 
 def read_history(read: HistoryRead | None, alias: str) -> list[ChatMessage]:
@@ -151,11 +152,36 @@ def _typed(row: tuple, connection) -> tuple:
 
 def replayed(rows: list[tuple], read: HistoryRead) -> list[ChatMessage]:
     """The messages of `read`'s rows, oldest first; with a window of messages, leading tool results
-    are dropped (their call is outside it)."""
+    are dropped (their call is outside it); then only the `max_tool_calls` most recent tool calls stay."""
     messages = _messages(rows, from_history=True)
     while read.num_runs is None and messages and messages[0].role == Role.TOOL:
         messages.pop(0)
+    if read.max_tool_calls is not None:
+        messages = recent_tool_calls(messages, read.max_tool_calls)
     return messages
+
+
+def recent_tool_calls(messages: list[ChatMessage], limit: int) -> list[ChatMessage]:
+    """Agno's `max_tool_calls_from_history` (SPEC Part 2, 4.2 step 8): when the messages hold more than
+    `limit` tool results, only the `limit` most recent stay, and each assistant message keeps only the
+    calls of those; one left with no call stays for its text, or goes when it has none."""
+    results = [message.tool_call_id for message in messages if message.role == Role.TOOL]
+    if len(results) <= limit:
+        return messages
+    with_ids = [call_id for call_id in results if call_id]
+    kept_ids = set(with_ids[-limit:]) if limit > 0 else set()
+    kept = []
+    for message in messages:
+        if message.role == Role.TOOL:
+            if message.tool_call_id in kept_ids:
+                kept.append(message)
+        elif message.role == Role.ASSISTANT and message.tool_calls:
+            calls = [call for call in message.tool_calls if call.get("id") in kept_ids]
+            if calls or message.content:
+                kept.append(replace(message, tool_calls=calls or None))
+        else:
+            kept.append(message)
+    return kept
 
 
 def chat_history(session_pk: int, alias: str, last_n_runs: int | None = None) -> list[ChatMessage]:

@@ -139,6 +139,49 @@ class TestWhichMessages(HistoryTest):
             {"role": "assistant", "content": "Added milk."},
         ]
 
+    def test_max_tool_calls_from_history_keeps_the_most_recent_calls(self):
+        """SPEC Part 2, 4.2 step 8: of four earlier tool calls the last two are sent, each assistant message
+        with only its kept calls; one left without calls is sent for its text, or not at all."""
+        agent = self.agent(add_history_to_context=True, tools=[add_item], max_tool_calls_from_history=2)
+        self.llm.add(ToolCalls([("add_item", {"item": "a"})], text="Adding a."), Text("Added a."),
+                     ToolCalls([("add_item", {"item": "b"}), ("add_item", {"item": "c"})]), Text("Added b, c."),
+                     ToolCalls([("add_item", {"item": "d"})]), Text("Added d."))
+        self.talk(agent, "add a", "add b and c", "add d")
+
+        output = agent.run("what is on it?", session_id="s")
+
+        def call(call_id, item):
+            return {"id": call_id, "type": "function",
+                    "function": {"name": "add_item", "arguments": f'{{"item": "{item}"}}'}}
+
+        assert self.sent() == [
+            {"role": "user", "content": "add a"},
+            {"role": "assistant", "content": "Adding a."},
+            {"role": "assistant", "content": "Added a."},
+            {"role": "user", "content": "add b and c"},
+            {"role": "assistant", "content": None, "tool_calls": [call("call_3", "c")]},
+            {"role": "tool", "tool_call_id": "call_3", "content": "Added c"},
+            {"role": "assistant", "content": "Added b, c."},
+            {"role": "user", "content": "add d"},
+            {"role": "assistant", "content": None, "tool_calls": [call("call_4", "d")]},
+            {"role": "tool", "tool_call_id": "call_4", "content": "Added d"},
+            {"role": "assistant", "content": "Added d."},
+            {"role": "user", "content": "what is on it?"},
+        ]
+        assert [m.tool_call_id for m in output.messages if m.role == "tool"] == ["call_3", "call_4"]
+        stored = Message.objects.filter(run__input="add b and c", role="assistant").exclude(tool_calls=None).get()
+        assert [c["id"] for c in stored.tool_calls] == ["call_2", "call_3"]  # the stored run is untouched
+
+    def test_max_tool_calls_from_history_zero_sends_text_only(self):
+        agent = self.agent(add_history_to_context=True, tools=[add_item], max_tool_calls_from_history=0)
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk."))
+        self.talk(agent, "add milk")
+
+        agent.run("what now?", session_id="s")
+
+        assert self.sent() == [{"role": "user", "content": "add milk"}, {"role": "assistant", "content": "Added milk."},
+                               {"role": "user", "content": "what now?"}]
+
     def test_earlier_system_messages_are_never_replayed(self):
         self.talk(self.agent(instructions="Old rules."), "one")
 
