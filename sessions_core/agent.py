@@ -44,6 +44,7 @@ class Agent(Component):
         description: str | None = None,
         instructions: str | list[str] | Callable[[], Any] | None = None,
         system_message: str | None = None,
+        introduction: str | None = None,
         tools: list | None = None,
         tool_hooks: list[Callable] | None = None,
         session_id: str | None = None,
@@ -81,6 +82,7 @@ class Agent(Component):
         self.description = description
         self.instructions = instructions
         self.system_message = system_message
+        self.introduction = introduction  # the first reply of every session a run of this agent creates
         self.tools = list(tools or [])
         self.tool_hooks = list(tool_hooks or [])
         self.session_id = session_id
@@ -158,7 +160,7 @@ class Agent(Component):
             max_tool_calls_from_history=self.max_tool_calls_from_history,
             add_session_summary_to_context=self.add_session_summary_to_context, output_schema=self.output_schema,
             dependencies=self.dependencies, metadata=self.metadata, session_state=self.session_state,
-            overwrite_db_session_state=self.overwrite_db_session_state,
+            overwrite_db_session_state=self.overwrite_db_session_state, introduction=self.introduction,
             store_history_messages=self.store_history_messages, store_tool_messages=self.store_tool_messages,
             session_metadata=self.metadata, enable_session_summaries=self.enable_session_summaries,
             session_summary_manager=self.session_summary_manager,

@@ -47,6 +47,7 @@ class RunConfig:
     session_state: Mapping[str, Any] = field(default_factory=dict)  # defaults, JSON already
     overwrite_db_session_state: bool = False
     # storage
+    introduction: str | None = None  # stored as the first reply of a session the run creates
     store_history_messages: bool = False
     store_tool_messages: bool = True
     session_metadata: Mapping[str, Any] = field(default_factory=dict)  # stored on a session this run creates

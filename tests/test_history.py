@@ -201,6 +201,51 @@ class TestWhichMessages(HistoryTest):
         ]
 
 
+INTRO = "Hi, I keep your shopping list."
+
+
+class TestIntroduction(HistoryTest):
+    """Agno's `introduction`: the first reply of a session, stored by the run that creates the session as a
+    completed run of its own, and history like any other run."""
+
+    def test_it_is_the_sessions_first_reply_and_is_sent_as_history(self):
+        agent = self.agent(introduction=INTRO, add_history_to_context=True, instructions="Shop.")
+
+        agent.run("one", session_id="s")
+        first = self.sent_pairs(system=True)
+        agent.run("two", session_id="s")
+
+        assert first == [("system", "Shop."), ("assistant", INTRO), ("user", "one")]
+        assert self.sent_pairs(system=True) == [("system", "Shop."), ("assistant", INTRO), *self.turns("one"),
+                                                ("user", "two")]
+        assert [(m.role, m.content) for m in agent.get_chat_history(session_id="s")] == [
+            ("assistant", INTRO), *self.turns("one", "two")]
+        intro, one, two = Run.objects.order_by("id")
+        assert (intro.status, intro.input, intro.content, intro.parent_run, intro.follows) == (
+            RunStatus.COMPLETED, "", INTRO, None, None)
+        assert (one.follows, two.follows) == (intro, one)
+        assert list(intro.messages.values_list("seq", "role", "content")) == [(1, "assistant", INTRO)]
+
+    def test_it_is_a_run_of_the_history_window_and_not_sent_without_history(self):
+        self.agent(introduction=INTRO).run("one", session_id="s")
+        assert self.sent_pairs() == [("user", "one")]
+
+        self.agent(introduction=INTRO, add_history_to_context=True, num_history_runs=1).run("two", session_id="s")
+        assert self.sent_pairs() == [*self.turns("one"), ("user", "two")]
+
+    def test_it_is_stored_once_per_session_by_the_run_that_creates_it(self):
+        agent = self.agent(introduction=INTRO)
+        self.talk(agent, "one", "two")
+        self.talk(agent, "elsewhere", session_id="other")
+        self.talk(self.agent(), "plain", session_id="plain")
+        self.talk(agent, "later", session_id="plain")  # the session was made without one: none now
+
+        introductions = Message.objects.filter(content=INTRO).values_list("session__session_id", "seq")
+        assert sorted(introductions) == [("other", 1), ("s", 1)]
+        assert [m.content for m in agent.get_chat_history(session_id="plain")] == [
+            "plain", "re: plain", "later", "re: later"]
+
+
 class TestWhatIsStored(HistoryTest):
     def test_history_is_never_copied_and_seqs_are_recorded_only_when_asked(self):
         plain = self.agent(add_history_to_context=True)
