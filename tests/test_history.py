@@ -332,6 +332,22 @@ class TestQueryCost(EngineTestMixin, TestCase):
         assert len(captured) <= self.BOUND
 
 
+    def test_get_session_messages_with_a_limit_costs_the_same_at_any_length(self):
+        """Agno's get_session_messages(limit=N) reads the latest N in one statement, after the owner check."""
+        agent = self.agent()
+
+        def read(earlier: int) -> int:
+            session = make_session(owner=self.alice, session_id=f"m{earlier}", component_id="tester")
+            bulk_runs(session, earlier)
+            with CaptureQueriesContext(connection) as captured:
+                messages = agent.get_session_messages(session_id=session.session_id, user_id="alice", limit=3)
+            assert [m.content for m in messages] == [f"answer {earlier - 2}", f"question {earlier - 1}",
+                                                     f"answer {earlier - 1}"]
+            return len(captured)
+
+        assert read(5) == read(500)
+
+
 HISTORY_FIELDS = ("seq", "role", "content", "tool_calls", "tool_call_id", "tool_name", "tool_error", "created_at")
 
 

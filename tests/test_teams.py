@@ -173,3 +173,28 @@ class TestTeamAccessors(TeamTestCase):
         assert counts() == before
         assert [(m.role, m.content) for m in team.get_chat_history(session_id="t", user_id="alice")] == [
             ("user", "hi"), ("assistant", "hello")]
+
+    def test_get_session_messages_reads_the_teams_runs_or_its_members(self):
+        """Agno's Team.get_session_messages: the team's own messages; with member_ids those of the members'
+        runs; with skip_member_messages=False both, in the order they were written."""
+        self.llm.responder = team_then_member([("delegate_task_to_member", {"member_id": "planner",
+                                                                          "task": "Add Setup Database"})],
+                                              [("add_step", {"name": "Setup Database"})])
+        team = self.team()
+        team.run("add a setup database step", session_id="t")
+
+        def read(**selection):
+            return [(m.role, m.content) for m in team.get_session_messages(session_id="t", skip_roles=["system"],
+                                                                           **selection)]
+
+        own, members, both = read(), read(member_ids=["planner"]), read(skip_member_messages=False)
+        assert own == [("user", "add a setup database step"), ("assistant", ""),
+                       ("tool", "Member finished: Added Setup Database"), ("assistant", "All done.")]
+        assert members == [("user", "Add Setup Database"), ("assistant", ""), ("tool", "Added Setup Database"),
+                           ("assistant", "Member finished: Added Setup Database")]
+        assert sorted(both) == sorted(own + members) and both[:2] == [own[0], members[0]]
+        assert read(member_ids=["someone-else"]) == []
+        assert read(member_ids=["planner"], limit=1) == [("assistant", "Member finished: Added Setup Database")]
+        view = team.get_session(session_id="t")
+        assert [(m.role, m.content) for m in view.get_messages(team_id=team.id, skip_roles=["system"])] == own
+        assert view.get_messages(agent_id="planner", team_id=team.id) == []
