@@ -32,7 +32,6 @@ from ..tools import call_tool, result_text, timed
 from . import lifecycle, registry
 
 CHECKPOINT_SECONDS = 1.0  # the partial reply is stored at most this far apart while it streams
-MAX_MODEL_CALLS = 25
 
 logger = logging.getLogger("sessions_core")
 
@@ -54,7 +53,8 @@ class ModelLoop:
         self.output.metrics = metrics
         token_keys = ("input_tokens", "output_tokens", "total_tokens")
         content_event = self.event_classes["content"]
-        for _ in range(MAX_MODEL_CALLS):
+        max_calls = limits.max_model_calls()  # the hard bound (CHAT_MAX_MODEL_CALLS): the run fails past it
+        for _ in range(max_calls):
             self.check_cancelled()
             metrics["model_calls"] += 1
             self.current_reply = reply_parts = []
@@ -97,7 +97,7 @@ class ModelLoop:
             for call in calls:
                 async for event in self._run_tool(call, functions, run_context, wire, stream_events):
                     yield event
-        raise ModelError(f"The model kept calling tools after {MAX_MODEL_CALLS} requests; the run was stopped.")
+        raise limits.too_many_model_calls(max_calls)
 
     def _set_content(self, reply: str) -> None:
         schema = self.config.output_schema
