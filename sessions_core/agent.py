@@ -47,6 +47,7 @@ class Agent(Component):
         introduction: str | None = None,
         tools: list | None = None,
         tool_hooks: list[Callable] | None = None,
+        tool_call_limit: int | None = None,
         session_id: str | None = None,
         user_id: str | None = None,
         session_state: dict | None = None,
@@ -85,6 +86,7 @@ class Agent(Component):
         self.introduction = introduction  # the first reply of every session a run of this agent creates
         self.tools = list(tools or [])
         self.tool_hooks = list(tool_hooks or [])
+        self.tool_call_limit = tool_call_limit
         self.session_id = session_id
         self.user_id = user_id
         self.session_state = state_module.to_json(session_state or {})
@@ -151,7 +153,7 @@ class Agent(Component):
         return RunConfig(
             component_id=self.id, component_name=self.name or "", kind=self.kind, alias=self.db_alias,
             model=self.resolved_model(), functions=self.functions(), tool_hooks=tuple(self.tool_hooks),
-            tool_owner=self, agentic_state_tool="update_session_state" if self.enable_agentic_state else None,
+            tool_owner=self, tool_call_limit=self.tool_call_limit, agentic_state_tool="update_session_state" if self.enable_agentic_state else None,
             description=self.description, instructions=self.instructions, system_message=self.system_message,
             markdown=self.markdown, resolve_in_context=self.resolve_in_context,
             add_session_state_to_context=self.add_session_state_to_context,

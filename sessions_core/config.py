@@ -27,6 +27,7 @@ class RunConfig:
     functions: Mapping[str, Any] = field(default_factory=dict)
     tool_hooks: tuple[Callable, ...] = ()
     tool_owner: Any = None
+    tool_call_limit: int | None = None  # Agno's: the run's tool calls past it are not run; the model is told
     agentic_state_tool: str | None = None  # the tool whose changes are recorded as "agentic"
     # what is sent to the model
     description: str | None = None

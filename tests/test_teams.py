@@ -198,3 +198,32 @@ class TestTeamAccessors(TeamTestCase):
         view = team.get_session(session_id="t")
         assert [(m.role, m.content) for m in view.get_messages(team_id=team.id, skip_roles=["system"])] == own
         assert view.get_messages(agent_id="planner", team_id=team.id) == []
+
+    def test_a_team_has_the_agents_tool_call_limit_and_introduction(self):
+        """Agno's Team takes them too: delegations past the limit are not run (the team's model is told), and
+        the introduction is the team session's first reply."""
+        def respond(body):
+            messages = body["messages"]
+            if "<team_members>" not in (messages[0].get("content") or ""):  # the member
+                if messages[-1]["role"] == "tool":
+                    return Text(f"Member finished: {messages[-1]['content']}")
+                return ToolCalls([("add_step", {"name": messages[-1]["content"].removeprefix("Add ")})])
+            if messages[-1]["role"] == "tool":
+                return Text("Added A; B was not delegated.")
+            return ToolCalls([("delegate_task_to_member", {"member_id": "planner", "task": "Add A"}),
+                              ("delegate_task_to_member", {"member_id": "planner", "task": "Add B"})])
+
+        self.llm.responder = respond
+        team = self.team(tool_call_limit=1, introduction="We plan projects.")
+
+        output = team.run("add A and B", session_id="t")
+
+        assert output.status == "completed" and output.content == "Added A; B was not delegated."
+        assert output.session_state == {"steps": [{"name": "A", "status": "pending"}]}
+        assert [member.input for member in output.member_responses] == ["Add A"]
+        assert [m.content for m in team.get_session_messages(session_id="t", skip_roles=["system"])][-3:] == [
+            "Member finished: Added A",
+            "Tool call limit reached. Tool call delegate_task_to_member not executed. Don't try to execute it again.",
+            "Added A; B was not delegated."]
+        assert [(m.role, m.content) for m in team.get_chat_history(session_id="t")][:2] == [
+            ("assistant", "We plan projects."), ("user", "add A and B")]

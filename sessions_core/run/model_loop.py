@@ -32,6 +32,8 @@ from ..tools import call_tool, result_text, timed
 from . import lifecycle, registry
 
 CHECKPOINT_SECONDS = 1.0  # the partial reply is stored at most this far apart while it streams
+# What the model reads for a call past the run's tool_call_limit: Agno's words.
+TOOL_CALL_LIMIT_REACHED = "Tool call limit reached. Tool call {name} not executed. Don't try to execute it again."
 
 logger = logging.getLogger("sessions_core")
 
@@ -54,6 +56,7 @@ class ModelLoop:
         token_keys = ("input_tokens", "output_tokens", "total_tokens")
         content_event = self.event_classes["content"]
         max_calls = limits.max_model_calls()  # the hard bound (CHAT_MAX_MODEL_CALLS): the run fails past it
+        tool_calls = 0  # calls of the run's tools so far, for its tool_call_limit
         for _ in range(max_calls):
             self.check_cancelled()
             metrics["model_calls"] += 1
@@ -95,6 +98,13 @@ class ModelLoop:
                 self._set_content(reply)
                 return
             for call in calls:
+                # Agno's tool_call_limit: a call of one of the run's tools past it is not run and the model
+                # reads why; the run goes on, so a model that answers then ends it with the calls it made.
+                if call.name in functions:
+                    tool_calls += 1
+                    if config.tool_call_limit is not None and tool_calls > config.tool_call_limit:
+                        self._refuse(call, wire)
+                        continue
                 async for event in self._run_tool(call, functions, run_context, wire, stream_events):
                     yield event
         raise limits.too_many_model_calls(max_calls)
@@ -110,6 +120,13 @@ class ModelLoop:
         except pydantic.ValidationError as exc:
             raise ModelError(f"The model's reply does not match {schema.__name__}: {exc.errors()[0]['msg']}") from exc
         self.output.content_type = schema.__name__
+
+    def _refuse(self, call, wire: list) -> None:
+        """A call past the run's tool_call_limit: its result tells the model it was not run. As in Agno it is
+        no tool execution of the run (no events, not in `output.tools`); its messages are stored."""
+        self.new_messages.append(ChatMessage(role=Role.TOOL, content=TOOL_CALL_LIMIT_REACHED.format(name=call.name),
+                                             tool_call_id=call.id, tool_name=call.name, tool_error=True))
+        wire.append(self.new_messages[-1].to_wire())
 
     async def _run_tool(self, call, functions, run_context, wire, stream_events) -> AsyncIterator[BaseRunEvent]:
         execution = ToolExecution(tool_call_id=call.id, tool_name=call.name)
