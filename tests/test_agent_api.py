@@ -38,6 +38,7 @@ class TestConstruction(EngineTestMixin, TestCase):
         assert (agent.store_history_messages, agent.store_tool_messages) == (False, True)
         assert (agent.add_session_state_to_context, agent.enable_agentic_state) == (False, False)
         assert (agent.overwrite_db_session_state, agent.resolve_in_context, agent.markdown) == (False, True, False)
+        assert (agent.max_tool_calls_from_history, agent.introduction, agent.tool_call_limit) == (None, None, None)
         assert agent.session_state == {} and Agent(model=self.model, id="explicit").id == "explicit"
 
     def test_the_agents_session_and_user_are_the_defaults(self):
