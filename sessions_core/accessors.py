@@ -2,9 +2,9 @@
 
 `get_session_state`, `update_session_state`, `get_chat_history`, `get_session_messages`, `get_session`,
 `get_last_run_output`, `get_session_name`, `set_session_name`, `get_session_summary`, `delete_session`,
-`get_sessions`: Agno's names and arguments. Every one of them loads its session through `owners.owned_session`, so
-another user's session id is refused the same way everywhere. The async twin is the implementation;
-the sync one is a one-line adapter through `bridge`.
+`get_sessions`: Agno's names and arguments. Every one of them loads its session through
+`owners.owned_session`, so another user's session id is refused the same way everywhere. The async twin
+is the implementation; the sync one is a one-line adapter through `bridge`.
 """
 
 from __future__ import annotations

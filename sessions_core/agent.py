@@ -153,7 +153,8 @@ class Agent(Component):
         return RunConfig(
             component_id=self.id, component_name=self.name or "", kind=self.kind, alias=self.db_alias,
             model=self.resolved_model(), functions=self.functions(), tool_hooks=tuple(self.tool_hooks),
-            tool_owner=self, tool_call_limit=self.tool_call_limit, agentic_state_tool="update_session_state" if self.enable_agentic_state else None,
+            tool_owner=self, tool_call_limit=self.tool_call_limit,
+            agentic_state_tool="update_session_state" if self.enable_agentic_state else None,
             description=self.description, instructions=self.instructions, system_message=self.system_message,
             markdown=self.markdown, resolve_in_context=self.resolve_in_context,
             add_session_state_to_context=self.add_session_state_to_context,
