@@ -2,7 +2,8 @@
 
 A stop asked in this process is seen between streamed chunks, and a run waiting for the model's next
 chunk is interrupted at once. A stop asked before the run started is kept and cancels it when it
-starts (Agno keeps the intent too). Other processes see a stop through `Run.cancel_requested` at
+starts (Agno keeps the intent too); a run of this process still waiting to start (queued, or about to
+be) ends at its next look, dropping its queued row itself. Other processes see a stop through `Run.cancel_requested` at
 the run's next checkpoint.
 
 Runs waiting for a session's lease held in this process are woken as soon as it is released; runs
@@ -25,6 +26,7 @@ class Interruptible(Protocol):
 
 _lock = threading.Lock()
 _running: dict[str, Interruptible] = {}
+_starting: set[str] = set()  # runs of this process that have not started yet
 _stop_requested: OrderedDict[str, None] = OrderedDict()
 _lease_waiters: dict[int, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
 
@@ -40,21 +42,33 @@ def unregister(run_id: str) -> None:
         _stop_requested.pop(run_id, None)
 
 
+def starting(run_id: str, waits: bool) -> None:
+    """The run `run_id` of this process waits to start (`waits`), or no longer does."""
+    with _lock:
+        if waits:
+            _starting.add(run_id)
+        else:
+            _starting.discard(run_id)
+
+
 def stop_requested(run_id: str) -> bool:
     return run_id in _stop_requested
 
 
 def request_cancel(run_id: str) -> bool:
-    """Stop a run of this process; False if it is not running here (the request is kept for its start)."""
+    """Stop a run of this process: one running is interrupted, one waiting to start ends where it waits
+    (its queued row may be gone before the caller's own look at the database). False if neither is here
+    (the request is kept for its start)."""
     with _lock:
         run = _running.get(run_id)
+        waiting = run_id in _starting
         _stop_requested[run_id] = None
         _stop_requested.move_to_end(run_id)
         while len(_stop_requested) > KEPT_STOP_REQUESTS:
             _stop_requested.popitem(last=False)
     if run is not None:
         run.interrupt()
-    return run is not None
+    return run is not None or waiting
 
 
 def notify_lease_released(session_pk: int) -> None:

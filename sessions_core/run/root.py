@@ -91,14 +91,19 @@ class RootRun(BaseRun):
         return self._events()
 
     async def _events(self) -> AsyncIterator[BaseRunEvent]:
-        async with aclosing(self._wait_turn()) as waiting:
-            async for event in waiting:
-                yield event
+        registry.starting(self.run_id, True)  # a stop asked in this process meanwhile ends it where it waits
+        try:
+            async with aclosing(self._wait_turn()) as waiting:
+                async for event in waiting:
+                    yield event
+            if not self.start.cancelled:
+                registry.register(self.run_id, self)
+        finally:
+            registry.starting(self.run_id, False)
         if self.start.cancelled:  # stopped while it waited: it never ran
             self._settle_output(RunStatus.CANCELLED, "")
             yield self.event("cancelled", reason="Run cancelled", content=self.output.content)
             return
-        registry.register(self.run_id, self)
         # The heartbeat starts after its first interval: most runs are over before it would beat.
         heartbeat = asyncio.get_running_loop().call_later(CHECKPOINT_SECONDS, self._start_heartbeat)
         try:
