@@ -323,3 +323,6 @@ CHAT_LOGINS_PER_ADDRESS_PER_HOUR = _number("CHAT_LOGINS_PER_ADDRESS_PER_HOUR", 1
 CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR = _number("CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR", 10, int)
 # How long one tool call may take before the model is told it timed out (seconds).
 CHAT_TOOL_TIMEOUT_SECONDS = _number("CHAT_TOOL_TIMEOUT_SECONDS", 60.0)
+# How many requests one run may make of its model (each answered with tool calls but the last) before it
+# is stopped as an error (sessions_core/limits.py, which has the same default).
+CHAT_MAX_MODEL_CALLS = _number("CHAT_MAX_MODEL_CALLS", 25, int, minimum=1)

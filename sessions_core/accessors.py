@@ -1,11 +1,10 @@
 """The session accessors every component shares (Agent, Team, Workflow), each with its async twin.
 
-`get_session_state`, `update_session_state`, `get_chat_history`, `get_session`, `get_last_run_output`,
-`get_run_output`, `get_session_name`, `set_session_name`, `get_session_summary`, `delete_session`,
-`get_sessions`:
-Agno's names and arguments. Every one of them loads its session through `owners.owned_session`, so
-another user's session id is refused the same way everywhere. The async twin is the implementation;
-the sync one is a one-line adapter through `bridge`.
+`get_session_state`, `update_session_state`, `get_chat_history`, `get_session_messages`, `get_session`,
+`get_last_run_output`, `get_run_output`, `get_session_name`, `set_session_name`, `get_session_summary`,
+`delete_session`, `get_sessions`: Agno's names and arguments. Every one of them loads its session through
+`owners.owned_session`, so another user's session id is refused the same way everywhere. The async twin
+is the implementation; the sync one is a one-line adapter through `bridge`.
 """
 
 from __future__ import annotations
@@ -20,8 +19,8 @@ from . import branches
 from . import state as state_module
 from .bridge import call_sync, run_sync
 from .errors import SessionNotFoundError
-from .history import ChatMessage, chat_history
-from .models import ChatSession, Message, NameSource, Run, RunStatus
+from .history import ChatMessage, MessageSelection, chat_history, session_messages
+from .models import ChatSession, NameSource, Run, RunStatus
 from .outputs import RunOutput
 from .owners import owned_session, required_session_id, sessions_of, user_label, validate_session_id
 from .requirements import RunRequirement
@@ -48,23 +47,27 @@ class AgentSession:
     kind: str = "agent"
     _component: Any = field(default=None, repr=False, compare=False)
 
-    def get_messages(self, last_n_runs: int | None = None) -> list[ChatMessage]:
-        """All stored messages of the session (system and tool included), oldest first."""
-        return run_sync(lambda: self.aget_messages(last_n_runs=last_n_runs))
+    def get_messages(self, *, agent_id: str | None = None, team_id: str | None = None, member_ids=None,
+                     last_n_runs: int | None = None, limit: int | None = None, skip_roles=None, skip_statuses=None,
+                     skip_history_messages: bool = True, skip_member_messages: bool = True) -> list[ChatMessage]:
+        """Agno's `session.get_messages` (SPEC Part 2, 4.4; `history.MessageSelection`): the messages of the
+        session's runs on its current branch, of `agent_id` or `team_id` when given, oldest first."""
+        return run_sync(lambda: self.aget_messages(
+            agent_id=agent_id, team_id=team_id, member_ids=member_ids, last_n_runs=last_n_runs, limit=limit,
+            skip_roles=skip_roles, skip_statuses=skip_statuses, skip_history_messages=skip_history_messages,
+            skip_member_messages=skip_member_messages))
 
-    async def aget_messages(self, last_n_runs: int | None = None) -> list[ChatMessage]:
-        component = self._component
-
-        def load():
-            session = component._owned(self.session_id, self.user_id)
-            alias = component.db_alias
-            messages = Message.objects.using(alias).filter(session=session)
-            if last_n_runs is not None:
-                runs = Run.objects.using(alias).filter(session=session).order_by("-id").values("id")
-                messages = messages.filter(run_id__in=runs[: max(last_n_runs, 0)])
-            return [ChatMessage.from_row(row) for row in messages.order_by("seq")]
-
-        return await call_sync(load)
+    async def aget_messages(self, *, agent_id: str | None = None, team_id: str | None = None, member_ids=None,
+                            last_n_runs: int | None = None, limit: int | None = None, skip_roles=None,
+                            skip_statuses=None, skip_history_messages: bool = True,
+                            skip_member_messages: bool = True) -> list[ChatMessage]:
+        components = {component_id for component_id in (agent_id, team_id) if component_id}
+        if len(components) > 1:  # a run is one component's (Agno: an agent's runs have no team id)
+            return []
+        selection = MessageSelection.of(
+            component_id=next(iter(components), None), member_ids=member_ids, last_n_runs=last_n_runs, limit=limit,
+            skip_roles=skip_roles, skip_statuses=skip_statuses, skip_member_messages=skip_member_messages)
+        return await self._component._amessages(self.session_id, self.user_id, selection)
 
     def get_chat_history(self, last_n_runs: int | None = None) -> list[ChatMessage]:
         return self._component.get_chat_history(session_id=self.session_id, last_n_runs=last_n_runs,
@@ -125,6 +128,27 @@ class SessionAccessors:
     def get_chat_history(self, session_id: str | None = None, last_n_runs: int | None = None,
                          user_id=None) -> list[ChatMessage]:
         return run_sync(lambda: self.aget_chat_history(session_id, last_n_runs, user_id))
+
+    async def aget_session_messages(self, session_id: str | None = None, last_n_runs: int | None = None,
+                                    limit: int | None = None, skip_roles=None, skip_statuses=None,
+                                    skip_history_messages: bool = True, user_id=None) -> list[ChatMessage]:
+        """Agno's `get_session_messages`: the messages of the session's top-level runs on its current branch,
+        oldest first; the first system message once; `limit` the latest messages (the system message first,
+        counted), `last_n_runs` the latest runs, `skip_roles` and `skip_statuses` (default: paused,
+        cancelled, error, interrupted) what to leave out (`history.MessageSelection`). History is never
+        stored as messages, so `skip_history_messages` has nothing to skip."""
+        return await self._amessages(session_id, user_id, MessageSelection.of(
+            last_n_runs=last_n_runs, limit=limit, skip_roles=skip_roles, skip_statuses=skip_statuses))
+
+    def get_session_messages(self, session_id: str | None = None, last_n_runs: int | None = None,
+                             limit: int | None = None, skip_roles=None, skip_statuses=None,
+                             skip_history_messages: bool = True, user_id=None) -> list[ChatMessage]:
+        return run_sync(lambda: self.aget_session_messages(session_id, last_n_runs, limit, skip_roles, skip_statuses,
+                                                           skip_history_messages, user_id))
+
+    async def _amessages(self, session_id: str | None, user_id, selection: MessageSelection) -> list[ChatMessage]:
+        return await call_sync(lambda: session_messages(self._owned(session_id, user_id).pk, self.db_alias,
+                                                        selection))
 
     async def aget_last_run_output(self, session_id: str | None = None, user_id=None) -> RunOutput | None:
         def load():

@@ -48,8 +48,10 @@ class Agent(Component):
         description: str | None = None,
         instructions: str | list[str] | Callable[[], Any] | None = None,
         system_message: str | None = None,
+        introduction: str | None = None,
         tools: list | None = None,
         tool_hooks: list[Callable] | None = None,
+        tool_call_limit: int | None = None,
         session_id: str | None = None,
         user_id: str | None = None,
         session_state: dict | None = None,
@@ -60,6 +62,7 @@ class Agent(Component):
         add_history_to_context: bool = False,
         num_history_runs: int | None = None,
         num_history_messages: int | None = None,
+        max_tool_calls_from_history: int | None = None,
         store_history_messages: bool = False,
         store_tool_messages: bool = True,
         cache_session: bool = False,
@@ -84,8 +87,10 @@ class Agent(Component):
         self.description = description
         self.instructions = instructions
         self.system_message = system_message
+        self.introduction = introduction  # the first reply of every session a run of this agent creates
         self.tools = list(tools or [])
         self.tool_hooks = list(tool_hooks or [])
+        self.tool_call_limit = tool_call_limit
         self.session_id = session_id
         self.user_id = user_id
         self.session_state = state_module.to_json(session_state or {})
@@ -101,6 +106,7 @@ class Agent(Component):
             num_history_runs = 3
         self.num_history_runs = num_history_runs
         self.num_history_messages = num_history_messages
+        self.max_tool_calls_from_history = max_tool_calls_from_history
         self.store_history_messages = store_history_messages
         self.store_tool_messages = store_tool_messages
         # Accepted for Agno compatibility. Every run reads the session from the database, which is
@@ -151,15 +157,17 @@ class Agent(Component):
         return RunConfig(
             component_id=self.id, component_name=self.name or "", kind=self.kind, alias=self.db_alias,
             model=self.resolved_model(), functions=self.functions(), tool_hooks=tuple(self.tool_hooks),
-            tool_owner=self, agentic_state_tool="update_session_state" if self.enable_agentic_state else None,
+            tool_owner=self, tool_call_limit=self.tool_call_limit,
+            agentic_state_tool="update_session_state" if self.enable_agentic_state else None,
             description=self.description, instructions=self.instructions, system_message=self.system_message,
             markdown=self.markdown, resolve_in_context=self.resolve_in_context,
             add_session_state_to_context=self.add_session_state_to_context,
             add_history_to_context=self.add_history_to_context, num_history_runs=self.num_history_runs,
             num_history_messages=self.num_history_messages,
+            max_tool_calls_from_history=self.max_tool_calls_from_history,
             add_session_summary_to_context=self.add_session_summary_to_context, output_schema=self.output_schema,
             dependencies=self.dependencies, metadata=self.metadata, session_state=self.session_state,
-            overwrite_db_session_state=self.overwrite_db_session_state,
+            overwrite_db_session_state=self.overwrite_db_session_state, introduction=self.introduction,
             store_history_messages=self.store_history_messages, store_tool_messages=self.store_tool_messages,
             session_metadata=self.metadata, enable_session_summaries=self.enable_session_summaries,
             session_summary_manager=self.session_summary_manager,

@@ -27,6 +27,7 @@ class RunConfig:
     functions: Mapping[str, Any] = field(default_factory=dict)
     tool_hooks: tuple[Callable, ...] = ()
     tool_owner: Any = None
+    tool_call_limit: int | None = None  # Agno's: the run's tool calls past it are not run; the model is told
     agentic_state_tool: str | None = None  # the tool whose changes are recorded as "agentic"
     # what is sent to the model
     description: str | None = None
@@ -38,6 +39,7 @@ class RunConfig:
     add_history_to_context: bool = False
     num_history_runs: int | None = 3
     num_history_messages: int | None = None
+    max_tool_calls_from_history: int | None = None  # the N most recent tool calls of the history are kept
     add_session_summary_to_context: bool = False
     output_schema: type | None = None
     dependencies: Mapping[str, Any] = field(default_factory=dict)
@@ -46,6 +48,7 @@ class RunConfig:
     session_state: Mapping[str, Any] = field(default_factory=dict)  # defaults, JSON already
     overwrite_db_session_state: bool = False
     # storage
+    introduction: str | None = None  # stored as the first reply of a session the run creates
     store_history_messages: bool = False
     store_tool_messages: bool = True
     session_metadata: Mapping[str, Any] = field(default_factory=dict)  # stored on a session this run creates

@@ -5,10 +5,11 @@ from __future__ import annotations
 import datetime
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from django.db import connections
+from django.db.models import Q, Subquery
 from django.utils import timezone
 
 from .models import Message, Role, Run, RunStatus
@@ -17,12 +18,13 @@ from .models import Message, Role, Run, RunStatus
 class HistoryRead(NamedTuple):
     """A history read: the last `num_runs` runs, else the last `num_messages` messages, of the session's
     completed top-level runs on its branch or, with `component_id`, of one step agent's (or team
-    member's) own completed runs."""
+    member's) own completed runs; with `max_tool_calls`, only that many of their most recent tool calls."""
 
     session_pk: int
     num_runs: int | None
     num_messages: int | None
     component_id: str | None = None
+    max_tool_calls: int | None = None
 
 
 @dataclass
@@ -76,14 +78,14 @@ def _messages(rows, from_history: bool = False) -> list[ChatMessage]:
 
 
 def history_read(session_pk: int, num_runs: int | None, num_messages: int | None,
-                 component_id: str | None = None) -> HistoryRead | None:
+                 component_id: str | None = None, max_tool_calls: int | None = None) -> HistoryRead | None:
     """The read a run's start makes (`read_history`); None when that window holds nothing."""
     if num_runs is not None:
         if num_runs <= 0:
             return None
     elif not num_messages or num_messages <= 0:
         return None
-    return HistoryRead(session_pk, num_runs, num_messages, component_id)
+    return HistoryRead(session_pk, num_runs, num_messages, component_id, max_tool_calls)
 
 
 def read_history(read: HistoryRead | None, alias: str) -> list[ChatMessage]:
@@ -155,11 +157,36 @@ def _typed(row: tuple, connection) -> tuple:
 
 def replayed(rows: list[tuple], read: HistoryRead) -> list[ChatMessage]:
     """The messages of `read`'s rows, oldest first; with a window of messages, leading tool results
-    are dropped (their call is outside it)."""
+    are dropped (their call is outside it); then only the `max_tool_calls` most recent tool calls stay."""
     messages = _messages(rows, from_history=True)
     while read.num_runs is None and messages and messages[0].role == Role.TOOL:
         messages.pop(0)
+    if read.max_tool_calls is not None:
+        messages = recent_tool_calls(messages, read.max_tool_calls)
     return messages
+
+
+def recent_tool_calls(messages: list[ChatMessage], limit: int) -> list[ChatMessage]:
+    """Agno's `max_tool_calls_from_history` (SPEC Part 2, 4.2 step 8): when the messages hold more than
+    `limit` tool results, only the `limit` most recent stay, and each assistant message keeps only the
+    calls of those; one left with no call stays for its text, or goes when it has none."""
+    results = [message.tool_call_id for message in messages if message.role == Role.TOOL]
+    if len(results) <= limit:
+        return messages
+    with_ids = [call_id for call_id in results if call_id]
+    kept_ids = set(with_ids[-limit:]) if limit > 0 else set()
+    kept = []
+    for message in messages:
+        if message.role == Role.TOOL:
+            if message.tool_call_id in kept_ids:
+                kept.append(message)
+        elif message.role == Role.ASSISTANT and message.tool_calls:
+            calls = [call for call in message.tool_calls if call.get("id") in kept_ids]
+            if calls or message.content:
+                kept.append(replace(message, tool_calls=calls or None))
+        else:
+            kept.append(message)
+    return kept
 
 
 def chat_history(session_pk: int, alias: str, last_n_runs: int | None = None) -> list[ChatMessage]:
@@ -176,6 +203,108 @@ def chat_history(session_pk: int, alias: str, last_n_runs: int | None = None) ->
         messages = messages.filter(run_id__in=run_ids)
     rows = messages.select_related("run").only(*HISTORY_FIELDS, "run__run_id").order_by("seq")
     return [_with_run_id(ChatMessage.from_row(row), row.run.run_id) for row in rows]
+
+
+# Runs whose messages `session_messages` leaves out unless told otherwise: Agno's (paused, cancelled,
+# error; its "regenerated" ones are our abandoned runs, never read) and ours of a process that stopped.
+SKIPPED_STATUSES = (RunStatus.PAUSED, RunStatus.CANCELLED, RunStatus.ERROR, RunStatus.INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class MessageSelection:
+    """Which messages `session_messages` reads, with the arguments of Agno's `get_messages` (SPEC Part 2,
+    4.4). The runs: the session's top-level runs on its current branch (of `component_id` only, when
+    given); with `member_ids`, instead the runs of those members under them (a team's member runs);
+    with `with_members`, both. Of their statuses, `skip_statuses` (default SKIPPED_STATUSES) are left out;
+    a queued run never counts. Then the last `last_n_runs` of them, and of their messages, those not of
+    `skip_roles`, the first system message alone of its kind, the last `limit` alone."""
+
+    component_id: str | None = None
+    member_ids: tuple[str, ...] | None = None
+    with_members: bool = False
+    last_n_runs: int | None = None
+    limit: int | None = None
+    skip_roles: tuple[str, ...] = ()
+    skip_statuses: tuple[str, ...] = SKIPPED_STATUSES
+
+    @classmethod
+    def of(cls, *, component_id: str | None = None, member_ids=None, last_n_runs: int | None = None,
+           limit: int | None = None, skip_roles=None, skip_statuses=None,
+           skip_member_messages: bool = True) -> MessageSelection:
+        """A selection from the arguments of Agno's `get_messages`."""
+        return cls(component_id=component_id, member_ids=None if member_ids is None else tuple(member_ids),
+                   with_members=not skip_member_messages, last_n_runs=last_n_runs, limit=limit,
+                   skip_roles=tuple(skip_roles or ()), skip_statuses=_statuses(skip_statuses))
+
+    def runs(self, prefix: str = "") -> Q:
+        """The selected runs, as a filter of Run (`prefix` "") or of Message (`prefix` "run__")."""
+        def q(**lookups):
+            return Q(**{prefix + key: value for key, value in lookups.items()})
+
+        top = q(parent_run__isnull=True, abandoned=False)
+        members = q(parent_run__parent_run__isnull=True, parent_run__abandoned=False)
+        if self.component_id is not None:
+            top &= q(component_id=self.component_id)
+            members &= q(parent_run__component_id=self.component_id)
+        if self.member_ids is not None:
+            scope = members & q(component_id__in=self.member_ids)
+        else:
+            scope = top | members if self.with_members else top
+        return scope & ~q(status__in=(RunStatus.QUEUED, *self.skip_statuses))
+
+
+def _statuses(skip_statuses) -> tuple[str, ...]:
+    """`skip_statuses` as our statuses: ours, or Agno's (its RunStatus members or their names, any case)."""
+    if skip_statuses is None:
+        return SKIPPED_STATUSES
+    named = {str(getattr(status, "value", status)).lower() for status in skip_statuses}
+    unknown = named - set(RunStatus.values) - {"regenerated", "pending"}  # Agno's: never read here anyway
+    if unknown:
+        raise ValueError(f"Unknown run status {', '.join(sorted(unknown))}; known: {', '.join(RunStatus.values)}")
+    return tuple(sorted(named & set(RunStatus.values)))
+
+
+def session_messages(session_pk: int, alias: str, selection: MessageSelection) -> list[ChatMessage]:
+    """Agno's `get_messages`: the selected messages, oldest first, in one statement. Without a limit, all
+    of them (the first system message at its place); with one, the first system message first, counting
+    toward the limit, then the latest messages, leading tool results dropped (their call is outside the
+    window; Agno keeps those that follow a system message). With a limit the statement reads a few rows
+    by key, however long the session."""
+    if selection.last_n_runs is not None and selection.last_n_runs <= 0:
+        return []
+    messages = Message.objects.using(alias).filter(session_id=session_pk)
+    if selection.last_n_runs is not None:
+        last_runs = (Run.objects.using(alias).filter(selection.runs(), session_id=session_pk).order_by("-id")
+                     .values("id")[: selection.last_n_runs])
+        messages = messages.filter(run_id__in=last_runs)
+    else:
+        messages = messages.filter(selection.runs("run__"))
+    if selection.skip_roles:
+        messages = messages.exclude(role__in=selection.skip_roles)
+    first_system = Subquery(messages.filter(role=Role.SYSTEM).order_by("seq").values("seq")[:1])
+    fields = (*HISTORY_FIELDS, "run__run_id")
+    if selection.limit is None:
+        rows = messages.filter(~Q(role=Role.SYSTEM) | Q(seq=first_system)).order_by("seq").values_list(*fields)
+    else:
+        # Two lookups by key, each of a few rows: the latest `limit` others, read backwards from the end,
+        # and the first system message (message_system_idx finds it at once).
+        window = messages.exclude(role=Role.SYSTEM).order_by("-seq").values("pk")[: max(selection.limit, 0)]
+        latest = Message.objects.using(alias).filter(pk__in=window) if selection.limit > 0 else Message.objects.none()
+        first = Message.objects.using(alias).filter(session_id=session_pk, seq=first_system)
+        rows = (latest.order_by().values_list(*fields)
+                .union(first.order_by().values_list(*fields), all=True).order_by("seq"))
+    found = [ChatMessage(role=role, content=content, tool_calls=tool_calls, tool_call_id=tool_call_id,
+                         tool_name=tool_name, tool_error=tool_error, seq=seq, run_id=run_id, created_at=created_at)
+             for seq, role, content, tool_calls, tool_call_id, tool_name, tool_error, created_at, run_id in rows]
+    if selection.limit is None:
+        return found
+    system = [message for message in found if message.role == Role.SYSTEM]
+    latest = [message for message in found if message.role != Role.SYSTEM]
+    room = selection.limit - len(system)
+    latest = latest[-room:] if room > 0 else []
+    while latest and latest[0].role == Role.TOOL:
+        latest.pop(0)
+    return system + latest
 
 
 def _with_run_id(message: ChatMessage, run_id: str) -> ChatMessage:

@@ -17,7 +17,9 @@ off. A check reads them again whenever the settings changed through `override_se
     CHAT_MAX_STATE_BYTES   largest session state, as stored (JSON text, UTF-8; 1,000,000)
 
 And one limit on time: CHAT_TOOL_TIMEOUT_SECONDS (60), how long one tool call may take before the
-model is told it timed out (`within_tool_timeout`).
+model is told it timed out (`within_tool_timeout`); and one on work: CHAT_MAX_MODEL_CALLS (25, at
+least 1), how many requests one run may make of its model before it is stopped as an error (a run
+that should stop sooner with the calls it made has Agno's `tool_call_limit`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ DEFAULT_MAX_JSON_DEPTH = 64
 DEFAULT_MAX_JSON_BYTES = 1_000_000
 DEFAULT_MAX_STATE_BYTES = 1_000_000
 DEFAULT_TOOL_TIMEOUT_SECONDS = 60.0
+DEFAULT_MAX_MODEL_CALLS = 25
 
 # A JSON string (escapes included), and the brackets left once strings are gone.
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
@@ -83,6 +86,17 @@ def max_state_bytes() -> int:
 
 def tool_timeout() -> float:
     return _setting("CHAT_TOOL_TIMEOUT_SECONDS", DEFAULT_TOOL_TIMEOUT_SECONDS)
+
+
+def max_model_calls() -> int:
+    return _setting("CHAT_MAX_MODEL_CALLS", DEFAULT_MAX_MODEL_CALLS)
+
+
+def too_many_model_calls(calls: int) -> LimitExceeded:
+    """A run's model asked for tools in each of its `calls` requests, CHAT_MAX_MODEL_CALLS of them."""
+    return LimitExceeded(f"The model kept calling tools after {calls} requests; the run was stopped. Raise "
+                         "CHAT_MAX_MODEL_CALLS to allow more, or give the agent a tool_call_limit to end such a "
+                         "run with the calls made so far.", "CHAT_MAX_MODEL_CALLS")
 
 
 class ToolTimeout(TimeoutError):

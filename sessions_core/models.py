@@ -281,7 +281,12 @@ class Message(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["session", "seq"], name="message_session_seq_uniq")]
-        indexes = [models.Index(fields=["run", "seq"], name="message_run_idx")]
+        indexes = [
+            models.Index(fields=["run", "seq"], name="message_run_idx"),
+            # A session's first system message at once (get_session_messages), however long the session;
+            # one entry per run.
+            models.Index(fields=["session", "seq"], condition=Q(role="system"), name="message_system_idx"),
+        ]
         ordering = ["seq"]
 
     def __str__(self) -> str:

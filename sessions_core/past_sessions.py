@@ -2,7 +2,9 @@
 
 Scoped to the current user (no user: only ownerless sessions) and to the same agent, newest
 activity first, with the current session left out before the limit is applied. Another user's
-session reads as "not found", exactly like a session that does not exist.
+session reads as "not found", exactly like a session that does not exist. A session is read as its
+history is: the runs of its current branch (an edited or regenerated turn's first version is not
+part of the conversation any more), never a queued run that has not begun.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ def _clip(text: str) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "..."
 
 
+def _conversation(agent, session):
+    """The session's top-level runs that make its conversation: begun, on its current branch."""
+    return Run.objects.using(agent.db_alias).begun().filter(session=session, parent_run__isnull=True, abandoned=False)
+
+
 def _turns(messages) -> list[dict]:
     """[{user, assistant}] per run: its user text and its last assistant text."""
     turns: dict[int, dict] = {}
@@ -50,8 +57,7 @@ def _list_sessions(agent, run_context: RunContext) -> list[dict]:
     )
     listed = []
     for session in sessions:
-        run_ids = (Run.objects.using(alias).begun().filter(session=session, parent_run__isnull=True)
-                   .order_by("-id").values("id")[: agent.num_past_session_runs_in_search])
+        run_ids = _conversation(agent, session).order_by("-id").values("id")[: agent.num_past_session_runs_in_search]
         messages = (Message.objects.using(alias).filter(run_id__in=run_ids, role__in=(Role.USER, Role.ASSISTANT))
                     .only("run_id", "role", "content").order_by("seq"))
         listed.append({
@@ -68,7 +74,7 @@ def _read_session(agent, run_context: RunContext, session_id: str, num_runs: int
     session = _scoped_sessions(agent, run_context).filter(session_id=session_id).first()
     if session is None:
         return NOT_FOUND
-    runs = Run.objects.using(agent.db_alias).begun().filter(session=session, parent_run__isnull=True).order_by("id")
+    runs = _conversation(agent, session).order_by("id")
     if num_runs is not None:
         runs = runs[: max(num_runs, 0)]
     messages = (Message.objects.using(agent.db_alias).filter(run_id__in=runs.values("id"),

@@ -15,8 +15,10 @@ from contextlib import aclosing
 from dataclasses import replace
 
 from .agent import Agent
+from .bridge import run_sync
 from .config import RunConfig
 from .errors import Cancelled
+from .history import ChatMessage, MessageSelection
 from .models import RunStatus
 from .tools import DELEGATE_TOOL, Function, collect_functions
 
@@ -43,6 +45,24 @@ class Team(Agent):
         ids = [member.id for member in self.members]
         if len(set(ids)) != len(ids):
             raise ValueError(f"Two members of team {self.id!r} have the same id: give them distinct names or ids.")
+
+    async def aget_session_messages(self, session_id: str | None = None, member_ids=None,
+                                    last_n_runs: int | None = None, limit: int | None = None, skip_roles=None,
+                                    skip_statuses=None, skip_history_messages: bool = True,
+                                    skip_member_messages: bool = True, user_id=None) -> list[ChatMessage]:
+        """Agno's Team `get_session_messages`: the team's own runs' messages, or with `member_ids` those of
+        these members' runs under them, or with `skip_member_messages=False` both; otherwise as the agent's."""
+        return await self._amessages(session_id, user_id, MessageSelection.of(
+            component_id=self.id, member_ids=member_ids, last_n_runs=last_n_runs, limit=limit, skip_roles=skip_roles,
+            skip_statuses=skip_statuses, skip_member_messages=skip_member_messages))
+
+    def get_session_messages(self, session_id: str | None = None, member_ids=None, last_n_runs: int | None = None,
+                             limit: int | None = None, skip_roles=None, skip_statuses=None,
+                             skip_history_messages: bool = True, skip_member_messages: bool = True,
+                             user_id=None) -> list[ChatMessage]:
+        return run_sync(lambda: self.aget_session_messages(
+            session_id, member_ids, last_n_runs, limit, skip_roles, skip_statuses, skip_history_messages,
+            skip_member_messages, user_id))
 
     def member(self, member_id: str):
         """The member named by `member_id`: its id, or its name in any case."""

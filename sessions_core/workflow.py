@@ -132,12 +132,14 @@ class Workflow(Component):
         return max([step.num_history_runs or self.num_history_runs for step in asking], default=0)
 
     async def _agenerate_name(self, session_id, user_id) -> tuple[str, bool]:
-        """No model call (Agno's rule): the description's first 40 characters and the session's creation
-        time, or "Workflow Session-<time>"; a session that does not exist is SessionNotFoundError."""
+        """No model call (Agno's rule, SPEC item 22): the description, cut to 40 characters and marked "-"
+        when longer, and the session's creation time; or "Workflow Session-<time>". A session that does not
+        exist is SessionNotFoundError."""
         session = await call_sync(self._owned, session_id, user_id)
         stamp = session.created_at.strftime("%Y-%m-%d %H:%M")
         if self.description:
-            return f"{self.description[:40]}- - {stamp}", True
+            description = self.description[:40] + "-" if len(self.description) > 40 else self.description
+            return f"{description} - {stamp}", True
         return f"Workflow Session-{stamp}", True
 
 

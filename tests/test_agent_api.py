@@ -9,7 +9,7 @@ import sessions_core
 from sessions_core import Agent, RunContext
 from sessions_core.models import ChatSession, Message, NameSource, Run, StateChange
 from tests.engine_helpers import EngineTestMixin, make_users
-from tests.llm_server import Text, ToolCalls
+from tests.llm_server import Error, Text, ToolCalls
 
 
 def add_item(item: str, run_context: RunContext) -> str:
@@ -38,6 +38,7 @@ class TestConstruction(EngineTestMixin, TestCase):
         assert (agent.store_history_messages, agent.store_tool_messages) == (False, True)
         assert (agent.add_session_state_to_context, agent.enable_agentic_state) == (False, False)
         assert (agent.overwrite_db_session_state, agent.resolve_in_context, agent.markdown) == (False, True, False)
+        assert (agent.max_tool_calls_from_history, agent.introduction, agent.tool_call_limit) == (None, None, None)
         assert agent.session_state == {} and Agent(model=self.model, id="explicit").id == "explicit"
 
     def test_the_agents_session_and_user_are_the_defaults(self):
@@ -74,9 +75,52 @@ class TestAccessors(EngineTestMixin, TestCase):
         assert view.created_at <= view.updated_at
         assert [(m.role, m.content) for m in view.get_messages()] == [
             ("system", "Shop."), ("user", "add milk"), ("assistant", ""), ("tool", "Added milk"),
-            ("assistant", "Added milk."), ("system", "Shop."), ("user", "thanks"), ("assistant", "Anything else?")]
+            ("assistant", "Added milk."), ("user", "thanks"), ("assistant", "Anything else?")]
         assert [m.content for m in view.get_messages(last_n_runs=1)] == ["Shop.", "thanks", "Anything else?"]
         assert [m.content for m in view.get_chat_history(last_n_runs=1)] == ["thanks", "Anything else?"]
+
+    def messages(self, **selection) -> list[tuple[str, str]]:
+        return [(m.role, m.content) for m in self.agent_.get_session_messages(session_id="s", user_id="alice",
+                                                                              **selection)]
+
+    def test_get_session_messages_with_a_limit_is_the_system_message_and_the_latest(self):
+        """SPEC Part 2, 4.4: the first system message leads and counts toward the limit; a window that would
+        start with a tool result (its call outside it) starts after it."""
+        assert self.messages(limit=3) == [("system", "Shop."), ("user", "thanks"), ("assistant", "Anything else?")]
+        assert self.messages(limit=5) == [("system", "Shop."), ("assistant", "Added milk."), ("user", "thanks"),
+                                          ("assistant", "Anything else?")]
+        assert self.messages(limit=1) == self.messages(limit=0) == [("system", "Shop.")]
+        assert self.messages(limit=2, skip_roles=["system"]) == [("user", "thanks"), ("assistant", "Anything else?")]
+        assert self.messages(limit=0, skip_roles=["system"]) == []
+        assert self.messages(limit=2, last_n_runs=2) == [("system", "Shop."), ("assistant", "Anything else?")]
+        assert self.messages(skip_roles=["system", "tool"], last_n_runs=1) == [("user", "thanks"),
+                                                                              ("assistant", "Anything else?")]
+        view = self.agent_.get_session(session_id="s", user_id="alice")
+        assert [(m.role, m.content) for m in view.get_messages(limit=3)] == self.messages(limit=3)
+        assert [m.run_id for m in view.get_messages(limit=3)] == [self.first.run_id] + [self.second.run_id] * 2
+
+    def test_get_session_messages_reads_the_current_branch_and_skips_failed_runs_unless_asked(self):
+        self.llm.add(Text("Bread it is."))
+        self.agent_.edit_and_rerun(self.second.run_id, "add bread", session_id="s", user_id="alice")
+        self.llm.add(Error(400, "bad request"))
+        assert self.agent_.run("broken", session_id="s", user_id="alice").status == "error"
+        talk = ["system", "tool"]
+
+        assert self.messages(skip_roles=talk) == [
+            ("user", "add milk"), ("assistant", ""), ("assistant", "Added milk."), ("user", "add bread"),
+            ("assistant", "Bread it is.")]
+        assert self.messages(skip_roles=talk, skip_statuses=[]) == [*self.messages(skip_roles=talk), ("user", "broken")]
+        assert self.messages(skip_roles=talk, skip_statuses=["ERROR"]) == self.messages(skip_roles=talk)
+        assert self.messages(skip_statuses=["completed"]) == [("system", "Shop."), ("user", "broken")]
+        with self.assertRaisesMessage(ValueError, "Unknown run status regenrated"):
+            self.messages(skip_statuses=["regenrated"])
+
+    async def test_aget_session_messages(self):
+        messages = await self.agent_.aget_session_messages(session_id="s", user_id="alice", limit=2)
+        view = await self.agent_.aget_session(session_id="s", user_id="alice")
+
+        assert [m.content for m in messages] == ["Shop.", "Anything else?"]
+        assert [m.content for m in await view.aget_messages(limit=2)] == ["Shop.", "Anything else?"]
 
     def test_get_chat_history_is_user_and_assistant_messages_with_run_ids(self):
         history = self.agent_.get_chat_history(session_id="s", user_id="alice")

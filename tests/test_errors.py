@@ -133,7 +133,21 @@ class TestModelFailures(ErrorTest):
         output = self.agent_.run("loop", session_id="s")
 
         assert output.status == "error" and "kept calling tools after 25 requests" in output.error
+        assert "Raise CHAT_MAX_MODEL_CALLS to allow more, or give the agent a tool_call_limit" in output.error
+        assert len(self.llm.requests) == 2 + 25
         self.assert_failed_run_kept(output.run_id, "kept calling tools", "loop")
+
+    def test_the_bound_on_model_requests_is_the_chat_max_model_calls_setting(self):
+        self.llm.responder = lambda body: ToolCalls([("add_item", {"item": "more"})])
+
+        with self.settings(CHAT_MAX_MODEL_CALLS=3):
+            events = stream_all(self.agent_, "loop", session_id="s")
+
+        assert len(self.llm.requests) == 2 + 3
+        assert events[-1].event == RunEvent.run_error and events[-1].error_type == "limit_exceeded"
+        assert events[-1].content.startswith("The model kept calling tools after 3 requests; the run was stopped.")
+        assert "CHAT_MAX_MODEL_CALLS" in events[-1].content
+        self.assert_failed_run_kept(events[-1].run_id, "CHAT_MAX_MODEL_CALLS", "loop")
 
     def test_a_tool_name_longer_than_its_column_is_cut_and_the_run_goes_on(self):
         """A made-up tool name of 200 characters: PostgreSQL would refuse it whole (the column holds 128)."""

@@ -139,6 +139,49 @@ class TestWhichMessages(HistoryTest):
             {"role": "assistant", "content": "Added milk."},
         ]
 
+    def test_max_tool_calls_from_history_keeps_the_most_recent_calls(self):
+        """SPEC Part 2, 4.2 step 8: of four earlier tool calls the last two are sent, each assistant message
+        with only its kept calls; one left without calls is sent for its text, or not at all."""
+        agent = self.agent(add_history_to_context=True, tools=[add_item], max_tool_calls_from_history=2)
+        self.llm.add(ToolCalls([("add_item", {"item": "a"})], text="Adding a."), Text("Added a."),
+                     ToolCalls([("add_item", {"item": "b"}), ("add_item", {"item": "c"})]), Text("Added b, c."),
+                     ToolCalls([("add_item", {"item": "d"})]), Text("Added d."))
+        self.talk(agent, "add a", "add b and c", "add d")
+
+        output = agent.run("what is on it?", session_id="s")
+
+        def call(call_id, item):
+            return {"id": call_id, "type": "function",
+                    "function": {"name": "add_item", "arguments": f'{{"item": "{item}"}}'}}
+
+        assert self.sent() == [
+            {"role": "user", "content": "add a"},
+            {"role": "assistant", "content": "Adding a."},
+            {"role": "assistant", "content": "Added a."},
+            {"role": "user", "content": "add b and c"},
+            {"role": "assistant", "content": None, "tool_calls": [call("call_3", "c")]},
+            {"role": "tool", "tool_call_id": "call_3", "content": "Added c"},
+            {"role": "assistant", "content": "Added b, c."},
+            {"role": "user", "content": "add d"},
+            {"role": "assistant", "content": None, "tool_calls": [call("call_4", "d")]},
+            {"role": "tool", "tool_call_id": "call_4", "content": "Added d"},
+            {"role": "assistant", "content": "Added d."},
+            {"role": "user", "content": "what is on it?"},
+        ]
+        assert [m.tool_call_id for m in output.messages if m.role == "tool"] == ["call_3", "call_4"]
+        stored = Message.objects.filter(run__input="add b and c", role="assistant").exclude(tool_calls=None).get()
+        assert [c["id"] for c in stored.tool_calls] == ["call_2", "call_3"]  # the stored run is untouched
+
+    def test_max_tool_calls_from_history_zero_sends_text_only(self):
+        agent = self.agent(add_history_to_context=True, tools=[add_item], max_tool_calls_from_history=0)
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk."))
+        self.talk(agent, "add milk")
+
+        agent.run("what now?", session_id="s")
+
+        assert self.sent() == [{"role": "user", "content": "add milk"}, {"role": "assistant", "content": "Added milk."},
+                               {"role": "user", "content": "what now?"}]
+
     def test_earlier_system_messages_are_never_replayed(self):
         self.talk(self.agent(instructions="Old rules."), "one")
 
@@ -156,6 +199,51 @@ class TestWhichMessages(HistoryTest):
             ("system", "Hi.", False), ("user", "one", True), ("assistant", "re: one", True),
             ("user", "two", False), ("assistant", "re: two", False),
         ]
+
+
+INTRO = "Hi, I keep your shopping list."
+
+
+class TestIntroduction(HistoryTest):
+    """Agno's `introduction`: the first reply of a session, stored by the run that creates the session as a
+    completed run of its own, and history like any other run."""
+
+    def test_it_is_the_sessions_first_reply_and_is_sent_as_history(self):
+        agent = self.agent(introduction=INTRO, add_history_to_context=True, instructions="Shop.")
+
+        agent.run("one", session_id="s")
+        first = self.sent_pairs(system=True)
+        agent.run("two", session_id="s")
+
+        assert first == [("system", "Shop."), ("assistant", INTRO), ("user", "one")]
+        assert self.sent_pairs(system=True) == [("system", "Shop."), ("assistant", INTRO), *self.turns("one"),
+                                                ("user", "two")]
+        assert [(m.role, m.content) for m in agent.get_chat_history(session_id="s")] == [
+            ("assistant", INTRO), *self.turns("one", "two")]
+        intro, one, two = Run.objects.order_by("id")
+        assert (intro.status, intro.input, intro.content, intro.parent_run, intro.follows) == (
+            RunStatus.COMPLETED, "", INTRO, None, None)
+        assert (one.follows, two.follows) == (intro, one)
+        assert list(intro.messages.values_list("seq", "role", "content")) == [(1, "assistant", INTRO)]
+
+    def test_it_is_a_run_of_the_history_window_and_not_sent_without_history(self):
+        self.agent(introduction=INTRO).run("one", session_id="s")
+        assert self.sent_pairs() == [("user", "one")]
+
+        self.agent(introduction=INTRO, add_history_to_context=True, num_history_runs=1).run("two", session_id="s")
+        assert self.sent_pairs() == [*self.turns("one"), ("user", "two")]
+
+    def test_it_is_stored_once_per_session_by_the_run_that_creates_it(self):
+        agent = self.agent(introduction=INTRO)
+        self.talk(agent, "one", "two")
+        self.talk(agent, "elsewhere", session_id="other")
+        self.talk(self.agent(), "plain", session_id="plain")
+        self.talk(agent, "later", session_id="plain")  # the session was made without one: none now
+
+        introductions = Message.objects.filter(content=INTRO).values_list("session__session_id", "seq")
+        assert sorted(introductions) == [("other", 1), ("s", 1)]
+        assert [m.content for m in agent.get_chat_history(session_id="plain")] == [
+            "plain", "re: plain", "later", "re: later"]
 
 
 class TestWhatIsStored(HistoryTest):
@@ -242,6 +330,22 @@ class TestQueryCost(EngineTestMixin, TestCase):
             events = list(agent.run("add x", session_id="s", user_id="alice", stream=True, stream_events=True))
         assert events[-1].status == "completed"
         assert len(captured) <= self.BOUND
+
+
+    def test_get_session_messages_with_a_limit_costs_the_same_at_any_length(self):
+        """Agno's get_session_messages(limit=N) reads the latest N in one statement, after the owner check."""
+        agent = self.agent()
+
+        def read(earlier: int) -> int:
+            session = make_session(owner=self.alice, session_id=f"m{earlier}", component_id="tester")
+            bulk_runs(session, earlier)
+            with CaptureQueriesContext(connection) as captured:
+                messages = agent.get_session_messages(session_id=session.session_id, user_id="alice", limit=3)
+            assert [m.content for m in messages] == [f"answer {earlier - 2}", f"question {earlier - 1}",
+                                                     f"answer {earlier - 1}"]
+            return len(captured)
+
+        assert read(5) == read(500)
 
 
 def add_tool_turn(session, run_status=RunStatus.COMPLETED, parent_run=None):

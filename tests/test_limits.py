@@ -86,7 +86,9 @@ class TestChecks:
 
     def test_the_engine_has_defaults_without_the_settings(self, settings):
         del settings.CHAT_MAX_JSON_DEPTH, settings.CHAT_MAX_JSON_BYTES, settings.CHAT_MAX_STATE_BYTES
+        del settings.CHAT_MAX_MODEL_CALLS
         assert (limits.max_json_depth(), limits.max_json_bytes(), limits.max_state_bytes()) == (64, 1_000_000, 1_000_000)
+        assert limits.max_model_calls() == 25
         with pytest.raises(limits.LimitExceeded, match="64"):
             limits.check_text(nested(65), "The message")
 

@@ -3,7 +3,7 @@ import asyncio
 import pytest
 from django.db import connections
 
-from sessions_core import Agent
+from sessions_core import Agent, StepInput, StepOutput, Workflow
 from sessions_core.history import ChatMessage
 from sessions_core.llm import OfflineModel
 from sessions_core.models import ChatSession, NameSource
@@ -104,3 +104,25 @@ def test_a_rename_made_while_the_title_is_generated_is_kept(openai_model, llm_se
 
     assert (session.session_name, session.name_source) == ("My garden", NameSource.USER)
     assert ChatSession.objects.values_list("name", "name_source").get(session_id="n7") == ("My garden", "user")
+
+
+def greet(step_input: StepInput) -> StepOutput:
+    return StepOutput(content=f"Hello, {step_input.input}")
+
+
+@pytest.mark.parametrize("description, title", [
+    ("Short description", "Short description"),
+    ("Exactly forty characters of description.", "Exactly forty characters of description."),
+    ("Automated article creation from research and writing", "Automated article creation from research-"),
+])
+def test_a_workflows_generated_name_uses_a_short_description_whole(description, title, llm_server):
+    """SPEC item 22, as Agno: a description of 40 characters or less is used whole; a longer one is cut to
+    40 and marked "-"; either way " - " and the session's creation time follow. No model call."""
+    workflow = Workflow(name="Greeter", description=description, steps=[greet])
+    workflow.run("Ann", session_id="w")
+
+    session = workflow.set_session_name(session_id="w", autogenerate=True)
+
+    created = ChatSession.objects.get(session_id="w").created_at
+    assert session.session_name == f"{title} - {created:%Y-%m-%d %H:%M}"
+    assert llm_server.requests == []

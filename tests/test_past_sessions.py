@@ -3,6 +3,8 @@ import json
 import pytest
 
 from sessions_core import Agent
+from sessions_core.models import ChatSession
+from sessions_core.run import lifecycle
 from tests.llm_server import Text, ToolCalls
 
 pytestmark = pytest.mark.django_db
@@ -109,3 +111,28 @@ def test_tools_are_offered_only_when_enabled(openai_model, llm_server):
     assert names == {"search_past_sessions", "read_past_session"}
     read = next(t for t in llm_server.requests[-1]["tools"] if t["function"]["name"] == "read_past_session")
     assert "run_context" not in read["function"]["parameters"]["properties"]
+
+
+def test_an_edited_turn_is_read_as_the_session_reads_now(alice_sessions, llm_server):
+    """read_past_session and the search preview give the current branch only (an edited turn's first
+    version is gone from the conversation) and never a queued run that has not begun."""
+    llm_server.add(Text("Rome in three days: the Forum, the Vatican, Trastevere."))
+    alice_sessions.run("Plan three days in Rome", session_id="session_trip", user_id="alice")
+    llm_server.add(Text("Paris: the Louvre first."))
+    paris = alice_sessions.run("What about Paris?", session_id="session_trip", user_id="alice")
+    llm_server.add(Text("Lisbon: trams and custard tarts."))
+    alice_sessions.edit_and_rerun(paris.run_id, "What about Lisbon?", session_id="session_trip", user_id="alice")
+    lifecycle.enqueue(ChatSession.objects.get(session_id="session_trip"), "Not begun yet")
+    alice_sessions.num_past_session_runs_in_search = 2
+
+    llm_server.add(ToolCalls([("search_past_sessions", {}), ("read_past_session", {"session_id": "session_trip"})]),
+                   Text("ok"))
+    alice_sessions.run("What did we plan?", session_id="session_new", user_id="alice")
+
+    listed, transcript = tool_results(llm_server.requests[-1])
+    trip = next(s for s in json.loads(listed) if s["session_id"] == "session_trip")
+    assert [turn["user"] for turn in trip["recent_runs"]] == ["Plan three days in Rome", "What about Lisbon?"]
+    assert "Paris" not in transcript and "Not begun yet" not in transcript
+    assert transcript.split("\n\n")[1:] == [
+        "User: Plan three days in Rome", "Assistant: Rome in three days: the Forum, the Vatican, Trastevere.",
+        "User: What about Lisbon?", "Assistant: Lisbon: trams and custard tarts.\n"]

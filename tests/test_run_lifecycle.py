@@ -103,6 +103,26 @@ class TestQueue(EngineTestMixin, TransactionTestCase):
         assert [request["messages"][-1]["content"] for request in self.llm.requests] == ["first", "second", "third"]
         assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.COMPLETED}
 
+    def test_a_stop_asked_in_its_process_reports_a_queued_run_open_even_when_it_drops_itself(self):
+        """The run waiting here drops its own row at its next look; the stop still says it stopped an open
+        run (before, a cancel that lost that race to the waiter answered False)."""
+        agent = self.agent()
+        results = {}
+        with Gate() as gate:
+            self.llm.add(Text("First reply.", wait_event=gate))
+            first = self.start_in_thread(agent, "first", results)
+            until(lambda: Run.objects.filter(status=RunStatus.RUNNING).exists())
+            second = self.start_in_thread(agent, "second", results)
+            until(lambda: Run.objects.filter(status=RunStatus.QUEUED).exists())
+            queued = Run.objects.get(status=RunStatus.QUEUED)
+
+            assert registry.request_cancel(queued.run_id)  # this process's part of a stop only
+            second.join(30)
+            assert not Run.objects.filter(pk=queued.pk).exists()  # the waiter dropped it itself
+        first.join(30)
+        assert results["second"].status == RunStatus.CANCELLED and results["first"].content == "First reply."
+        assert not registry.request_cancel(queued.run_id)  # over: nothing of it waits here any more
+
     def test_stop_of_a_queued_run_ends_it_and_it_never_runs(self):
         agent = self.agent()
         results = {}

@@ -17,7 +17,7 @@ VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "
              "CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", "CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR",
              "CHAT_LOGINS_PER_ADDRESS_PER_HOUR", "CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR", "STATIC_ROOT",
              "TRUST_PROXY_HEADERS", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS",
-             "SECURE_HSTS_PRELOAD", "DATABASE_POOL_MAX", "DATABASE_POOL_TIMEOUT")
+             "SECURE_HSTS_PRELOAD", "DATABASE_POOL_MAX", "DATABASE_POOL_TIMEOUT", "CHAT_MAX_MODEL_CALLS")
 
 
 def load(monkeypatch, **env):
@@ -111,6 +111,8 @@ def test_bad_values_stop_the_start_with_a_message_naming_the_variable(monkeypatc
     ("CHAT_TITLE_ATTEMPTS", "three"),
     ("CHAT_TITLE_RETRY_SECONDS", "-2"),
     ("CHAT_IMPORT_MAX_BYTES", "0"),
+    ("CHAT_MAX_MODEL_CALLS", "0"),
+    ("CHAT_MAX_MODEL_CALLS", "ten"),
     ("REDIS_URL", "localhost:6379"),
     ("DATABASE_URL", "nosuchdb://x"),
 ])
@@ -134,10 +136,12 @@ def test_debug_takes_the_usual_true_and_false_words(monkeypatch, value, expected
 
 def test_good_values_are_read(monkeypatch):
     settings = load(monkeypatch, TIME_ZONE="Europe/Paris", LOG_LEVEL="info", OPENAI_MAX_RETRIES="0",
-                    OFFLINE_MODEL_DELAY="0", CHAT_TITLE_RETRY_SECONDS="0.5", CHAT_IMPORT_MAX_BYTES="1000")
+                    OFFLINE_MODEL_DELAY="0", CHAT_TITLE_RETRY_SECONDS="0.5", CHAT_IMPORT_MAX_BYTES="1000",
+                    CHAT_MAX_MODEL_CALLS="40")
     assert (settings.TIME_ZONE, settings.LOGGING["loggers"]["sessions_core"]["level"]) == ("Europe/Paris", "INFO")
     assert (settings.OPENAI_MAX_RETRIES, settings.OFFLINE_MODEL_DELAY) == (0, 0.0)
     assert (settings.CHAT_TITLE_RETRY_SECONDS, settings.CHAT_IMPORT_MAX_BYTES) == (0.5, 1000)
+    assert settings.CHAT_MAX_MODEL_CALLS == 40 and load(monkeypatch).CHAT_MAX_MODEL_CALLS == 25
 
 
 def test_a_database_url_that_is_not_a_url_is_refused(monkeypatch):

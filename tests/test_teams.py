@@ -173,3 +173,57 @@ class TestTeamAccessors(TeamTestCase):
         assert counts() == before
         assert [(m.role, m.content) for m in team.get_chat_history(session_id="t", user_id="alice")] == [
             ("user", "hi"), ("assistant", "hello")]
+
+    def test_get_session_messages_reads_the_teams_runs_or_its_members(self):
+        """Agno's Team.get_session_messages: the team's own messages; with member_ids those of the members'
+        runs; with skip_member_messages=False both, in the order they were written."""
+        self.llm.responder = team_then_member([("delegate_task_to_member", {"member_id": "planner",
+                                                                          "task": "Add Setup Database"})],
+                                              [("add_step", {"name": "Setup Database"})])
+        team = self.team()
+        team.run("add a setup database step", session_id="t")
+
+        def read(**selection):
+            return [(m.role, m.content) for m in team.get_session_messages(session_id="t", skip_roles=["system"],
+                                                                           **selection)]
+
+        own, members, both = read(), read(member_ids=["planner"]), read(skip_member_messages=False)
+        assert own == [("user", "add a setup database step"), ("assistant", ""),
+                       ("tool", "Member finished: Added Setup Database"), ("assistant", "All done.")]
+        assert members == [("user", "Add Setup Database"), ("assistant", ""), ("tool", "Added Setup Database"),
+                           ("assistant", "Member finished: Added Setup Database")]
+        assert sorted(both) == sorted(own + members) and both[:2] == [own[0], members[0]]
+        assert read(member_ids=["someone-else"]) == []
+        assert read(member_ids=["planner"], limit=1) == [("assistant", "Member finished: Added Setup Database")]
+        view = team.get_session(session_id="t")
+        assert [(m.role, m.content) for m in view.get_messages(team_id=team.id, skip_roles=["system"])] == own
+        assert view.get_messages(agent_id="planner", team_id=team.id) == []
+
+    def test_a_team_has_the_agents_tool_call_limit_and_introduction(self):
+        """Agno's Team takes them too: delegations past the limit are not run (the team's model is told), and
+        the introduction is the team session's first reply."""
+        def respond(body):
+            messages = body["messages"]
+            if "<team_members>" not in (messages[0].get("content") or ""):  # the member
+                if messages[-1]["role"] == "tool":
+                    return Text(f"Member finished: {messages[-1]['content']}")
+                return ToolCalls([("add_step", {"name": messages[-1]["content"].removeprefix("Add ")})])
+            if messages[-1]["role"] == "tool":
+                return Text("Added A; B was not delegated.")
+            return ToolCalls([("delegate_task_to_member", {"member_id": "planner", "task": "Add A"}),
+                              ("delegate_task_to_member", {"member_id": "planner", "task": "Add B"})])
+
+        self.llm.responder = respond
+        team = self.team(tool_call_limit=1, introduction="We plan projects.")
+
+        output = team.run("add A and B", session_id="t")
+
+        assert output.status == "completed" and output.content == "Added A; B was not delegated."
+        assert output.session_state == {"steps": [{"name": "A", "status": "pending"}]}
+        assert [member.input for member in output.member_responses] == ["Add A"]
+        assert [m.content for m in team.get_session_messages(session_id="t", skip_roles=["system"])][-3:] == [
+            "Member finished: Added A",
+            "Tool call limit reached. Tool call delegate_task_to_member not executed. Don't try to execute it again.",
+            "Added A; B was not delegated."]
+        assert [(m.role, m.content) for m in team.get_chat_history(session_id="t")][:2] == [
+            ("assistant", "We plan projects."), ("user", "add A and B")]

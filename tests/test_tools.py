@@ -190,6 +190,59 @@ class TestCalls(EngineTestMixin, TestCase):
         assert output.content == "Let me add it.Added."
 
 
+REFUSED = "Tool call limit reached. Tool call add_item not executed. Don't try to execute it again."
+
+
+class TestToolCallLimit(EngineTestMixin, TestCase):
+    """Agno's tool_call_limit: the run's calls past it are not run, the model is told so, and the run ends
+    normally with the calls it made, their state changes stored."""
+
+    def setUp(self):
+        self.agent_ = self.agent(tools=[add_item], session_state={"shopping_list": []}, tool_call_limit=2)
+
+    def test_calls_past_the_limit_are_not_run_and_the_run_ends_with_the_calls_made(self):
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"}), ("add_item", {"item": "eggs"}),
+                                ("add_item", {"item": "bread"})]),
+                     ToolCalls([("no_such_tool", {}), ("add_item", {"item": "bread"})]),
+                     Text("I added milk and eggs; I could not add bread."))
+
+        events = stream_all(self.agent_, "add milk, eggs and bread", session_id="s")
+
+        assert tool_messages(self.llm.requests[1]) == [("call_1", "Added milk"), ("call_2", "Added eggs"),
+                                                       ("call_3", REFUSED)]
+        assert tool_messages(self.llm.requests[2])[3:] == [
+            ("call_4", "Error: there is no tool named 'no_such_tool'."), ("call_5", REFUSED)]
+        completed = events[-1]
+        assert completed.event == RunEvent.run_completed and completed.status == "completed"
+        assert completed.content == "I added milk and eggs; I could not add bread."
+        assert completed.session_state == {"shopping_list": ["milk", "eggs"]}
+        assert [(event.tool.tool_name, event.tool.tool_args) for event in of_kind(events, RunEvent.tool_call_completed)
+                ] == [("add_item", {"item": "milk"}), ("add_item", {"item": "eggs"}), ("no_such_tool", {})]
+        assert self.agent_.get_session_state(session_id="s") == {"shopping_list": ["milk", "eggs"]}
+        assert StateChange.objects.filter(source="tool:add_item").count() == 2
+        refused = Message.objects.filter(role="tool", content=REFUSED)
+        assert [(m.tool_call_id, m.tool_name, m.tool_error) for m in refused] == [
+            ("call_3", "add_item", True), ("call_5", "add_item", True)]
+
+    def test_the_limit_counts_the_calls_of_one_run(self):
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"}), ("add_item", {"item": "eggs"})]), Text("Added."),
+                     ToolCalls([("add_item", {"item": "tea"})]), Text("Added tea."))
+
+        first = self.agent_.run("milk and eggs", session_id="s")
+        second = self.agent_.run("tea", session_id="s")
+
+        assert [tool.result for tool in first.tools + second.tools] == ["Added milk", "Added eggs", "Added tea"]
+        assert second.session_state == {"shopping_list": ["milk", "eggs", "tea"]}
+
+    def test_without_a_limit_every_call_runs(self):
+        agent = self.agent(tools=[add_item], session_state={"shopping_list": []})
+        self.llm.add(ToolCalls([("add_item", {"item": str(n)}) for n in range(5)]), Text("Added five."))
+
+        output = agent.run("add five", session_id="s")
+
+        assert agent.tool_call_limit is None and output.session_state == {"shopping_list": ["0", "1", "2", "3", "4"]}
+
+
 class TestHooks(EngineTestMixin, TestCase):
     def setUp(self):
         self.calls = []

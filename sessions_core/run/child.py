@@ -98,7 +98,7 @@ class ChildRun(BaseRun):
         history = []
         if config.add_history_to_context:
             read = history_module.history_read(session_pk, config.num_history_runs, config.num_history_messages,
-                                               config.component_id)
+                                               config.component_id, config.max_tool_calls_from_history)
             history = history_module.read_history(read, alias)
         first = []
         if config.kind != "function":

@@ -29,9 +29,9 @@ from . import registry
 LEASE_SECONDS = 30  # a lease (or a queued run's claim) not renewed for this long is taken as dead
 HEARTBEAT_SECONDS = 10  # how often a running run renews its lease (and a queued run its claim)
 
-# Which status each status may move to (None: a new run).
+# Which status each status may move to (None: a new run; a completed one is an introduction, over as it is made).
 TRANSITIONS = {
-    None: {RunStatus.QUEUED, RunStatus.RUNNING},
+    None: {RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.COMPLETED},
     RunStatus.QUEUED: {RunStatus.RUNNING},  # cancelled, it is deleted (it never began)
     RunStatus.RUNNING: {RunStatus.PAUSED, RunStatus.COMPLETED, RunStatus.ERROR, RunStatus.CANCELLED,
                         RunStatus.INTERRUPTED},
@@ -178,6 +178,11 @@ def start_queued(run_pk: int, alias: str, now, **fields) -> bool:
 def start_new(alias: str, **fields) -> Run:
     """A new run, running at once (a root run that found its session free, a step, a member)."""
     return Run.objects.using(alias).create(status=RunStatus.RUNNING, **fields)
+
+
+def completed_new(alias: str, **fields) -> Run:
+    """A new run that is over as it is made: a component's introduction (store.introduce)."""
+    return Run.objects.using(alias).create(status=RunStatus.COMPLETED, **fields)
 
 
 def end(run_pk: int, status: str, alias: str, **fields) -> int:

@@ -33,7 +33,8 @@ from ..tools import call_tool, result_text, timed
 from . import lifecycle, registry
 
 CHECKPOINT_SECONDS = 1.0  # the partial reply is stored at most this far apart while it streams
-MAX_MODEL_CALLS = 25
+# What the model reads for a call past the run's tool_call_limit: Agno's words.
+TOOL_CALL_LIMIT_REACHED = "Tool call limit reached. Tool call {name} not executed. Don't try to execute it again."
 
 logger = logging.getLogger("sessions_core")
 
@@ -59,7 +60,9 @@ class ModelLoop:
         async with aclosing(self._answer_calls(functions, run_context, wire, stream_events)) as answered:
             async for event in answered:
                 yield event
-        for _ in range(MAX_MODEL_CALLS):
+        max_calls = limits.max_model_calls()  # the hard bound (CHAT_MAX_MODEL_CALLS): the run fails past it
+        tool_calls = 0  # calls of the run's tools so far, for its tool_call_limit
+        for _ in range(max_calls):
             self.check_cancelled()
             metrics["model_calls"] += 1
             self.current_reply = reply_parts = []
@@ -107,12 +110,19 @@ class ModelLoop:
                     if error is None:
                         waiting.append((call, args, function))
                         continue
+                # Agno's tool_call_limit: a call of one of the run's tools past it is not run and the model
+                # reads why; the run goes on, so a model that answers then ends it with the calls it made.
+                if function is not None:
+                    tool_calls += 1
+                    if config.tool_call_limit is not None and tool_calls > config.tool_call_limit:
+                        self._refuse(call, wire)
+                        continue
                 async for event in self._run_tool(call, functions, run_context, wire, stream_events):
                     yield event
             if waiting:
                 self.check_cancelled()  # a stop asked during the other calls wins over the pause
                 self._pause(waiting)
-        raise ModelError(f"The model kept calling tools after {MAX_MODEL_CALLS} requests; the run was stopped.")
+        raise limits.too_many_model_calls(max_calls)
 
     def _set_content(self, reply: str) -> None:
         schema = self.config.output_schema
@@ -134,6 +144,13 @@ class ModelLoop:
         """A continued run's answered calls, run or reported to the model (run/pause.py); none otherwise."""
         return
         yield
+
+    def _refuse(self, call, wire: list) -> None:
+        """A call past the run's tool_call_limit: its result tells the model it was not run. As in Agno it is
+        no tool execution of the run (no events, not in `output.tools`); its messages are stored."""
+        self.new_messages.append(ChatMessage(role=Role.TOOL, content=TOOL_CALL_LIMIT_REACHED.format(name=call.name),
+                                             tool_call_id=call.id, tool_name=call.name, tool_error=True))
+        wire.append(self.new_messages[-1].to_wire())
 
     async def _run_tool(self, call, functions, run_context, wire, stream_events,
                         execution: ToolExecution | None = None) -> AsyncIterator[BaseRunEvent]:

@@ -2,7 +2,8 @@
 
 A stop asked in this process is seen between streamed chunks, and a run waiting for the model's next
 chunk is interrupted at once. A stop asked before the run started is kept and cancels it when it
-starts (Agno keeps the intent too). Other processes see a stop through `Run.cancel_requested` at
+starts (Agno keeps the intent too); a run of this process still waiting to start (queued, or about to
+be) ends at its next look, dropping its queued row itself. Other processes see a stop through `Run.cancel_requested` at
 the run's next checkpoint.
 
 Runs waiting for a session's lease held in this process are woken as soon as it is released; runs
@@ -45,7 +46,8 @@ def stop_requested(run_id: str) -> bool:
 
 
 def request_cancel(run_id: str) -> bool:
-    """Stop a run of this process; False if it is not running here (the request is kept for its start)."""
+    """Stop a run of this process (registered as it waits its turn, and while it runs): interrupted at once;
+    one waiting ends where it waits. False if it is not here (the request is kept for its start)."""
     with _lock:
         run = _running.get(run_id)
         _stop_requested[run_id] = None

@@ -283,7 +283,8 @@ class RootRun(BaseRun):
         start = Start(session_pk=session.pk, base_version=version, summary=session.summary, base_text=state_text,
                       state=merged.state, state_text=merged.text, changes=merged.changes, state_error=merged.error)
         if config.add_history_to_context and session.last_seq:
-            read = history_module.history_read(session.pk, config.num_history_runs, config.num_history_messages)
+            read = history_module.history_read(session.pk, config.num_history_runs, config.num_history_messages,
+                                               max_tool_calls=config.max_tool_calls_from_history)
             start.history = history_module.read_history(read, self.alias)
         system = prompt.system_message(config, {**start.state, **self._injected()}, self.user_id, start.summary)
         return start, [ChatMessage(role=Role.SYSTEM, content=system)] if system else []

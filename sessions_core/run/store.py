@@ -12,21 +12,40 @@ from django.db.models import Max, Q
 from ..history import ChatMessage
 from ..models import ChatSession, Message, Role, Run, StateChange
 from ..owners import owned_session, resolve_user
+from ..storable import storable
+from . import lifecycle
 
 
 def new_session(session_id: str, user_ref, config, alias: str, now) -> ChatSession:
-    """A new session for a run, locked; if another run created it a moment ago, that one (checked)."""
+    """A new session for a run, locked, with the component's introduction (`introduce`); if another run
+    created it a moment ago, that one (checked)."""
     user = resolve_user(user_ref, alias)
     try:
         with transaction.atomic(using=alias):  # a savepoint: a lost race rolls back only this
-            return ChatSession.objects.using(alias).new(
+            session = ChatSession.objects.using(alias).new(
                 session_id=session_id, owner=user, kind=config.kind, component_id=config.component_id,
                 metadata=config.session_metadata, now=now)
+            if config.introduction is not None:
+                introduce(session, config, alias, now)
+            return session
     except IntegrityError:
         session = owned_session(session_id, user_ref, alias, lock=True, must_exist=False)
         if session is None:
             raise
         return session
+
+
+def introduce(session: ChatSession, config, alias: str, now) -> None:
+    """Agno's `introduction`: a new session's first run, completed, whose one message is the introduction
+    as the assistant's; it is history and chat history like any other run. Once per session: only the
+    run that creates the session stores it."""
+    run = lifecycle.completed_new(alias, session=session, kind=config.kind, component_id=config.component_id,
+                                  content=storable(config.introduction), created_at=now, finished_at=now)
+    message = ChatMessage(role=Role.ASSISTANT, content=run.content)
+    rows, session.last_seq = message_rows(session.pk, run, [message], session.last_seq, now, run.run_id)
+    insert_messages(rows, alias)
+    session.current_leaf = run  # the session's first run follows it
+    ChatSession.objects.using(alias).filter(pk=session.pk).update(last_seq=session.last_seq, current_leaf=run)
 
 
 def next_seq_after_crash(session: ChatSession, alias: str) -> int:
