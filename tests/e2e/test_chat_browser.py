@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from datetime import timedelta
@@ -380,6 +381,32 @@ def test_a_chat_downloads_as_markdown_from_its_sidebar_row(page, daphne_server):
     assert download.value.suggested_filename == f"trip-plans-{session.session_id[:8]}.md"
     text = open(download.value.path(), encoding="utf-8").read()
     assert text.startswith("# Trip plans\n") and "where should we go?" in text and "Somewhere **warm**." in text
+
+
+def test_a_chat_downloads_as_json_from_its_sidebar_row_and_imports_back(page, daphne_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="shopping", name="Weekly shop", name_source="user",
+                           session_state={"shopping_list": ["milk"]})
+    make_run(session, "add milk", "Added milk.")
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    row = page.locator(f"#session-item-{session.pk}")
+    row.get_by_role("button", name="More actions for Weekly shop").click()
+    with page.expect_download() as download:
+        row.get_by_role("menuitem", name="Download as JSON").click()
+    assert download.value.suggested_filename == f"weekly-shop-{session.session_id[:8]}.json"
+    path = download.value.path()
+    document = json.loads(open(path, encoding="utf-8").read())
+    assert document["format"] == "sessions_core.session" and document["name"] == "Weekly shop"
+
+    page.get_by_role("link", name="Import").click()
+    expect(page.locator(".import-page")).to_contain_text("Download as JSON")  # what the page asks for is offered
+    page.get_by_label("File").set_input_files(path)
+    page.get_by_role("button", name="Import").click()
+    expect(page.locator(".flash")).to_have_text("Imported 1 chat.")
+    expect(last_run(page)).to_contain_text("Added milk.")
+    expect(page.locator(".session-link[aria-current=page] .session-title")).to_have_text("Weekly shop (imported)")
+    expect(page.locator("#state-panel")).to_contain_text("milk")
 
 
 def test_an_exported_chat_imports_through_the_page(page, daphne_server, tmp_path):
