@@ -382,7 +382,7 @@ class TestSidebarList(WebTestCase):
         actions = set(re.findall(r'data-action="([^"]+)"', page.split('id="row-menu-template"')[1]))
         expected = {reverse(name, args=[self.session.session_id]) for name in (
             "chat:session_rename_hx", "chat:session_pin_hx", "chat:session_delete_hx", "chat:session_retitle_hx",
-            "chat:session_export_markdown")}
+            "chat:session_export_markdown", "chat:session_export_json")}
         assert {base + action for action in actions} == expected
 
     def test_a_row_holds_no_menu_or_form_of_its_own_so_a_long_sidebar_stays_small(self):
