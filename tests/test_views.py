@@ -167,6 +167,12 @@ class TestIndexAndNewSession(WebTestCase):
         for label in ("General assistant", "Shopping list", "Notes and list", "Project team"):
             assert f">{label}</option>" in header
 
+    def test_a_first_chat_starts_on_the_assistant_readmes_first_example_needs(self):
+        ChatSession.objects.all().delete()
+        html = self.client.get(reverse("chat:new")).content.decode()
+        assert re.search(r'<option value="shopping" [^>]*selected>Shopping list</option>', html)
+        assert html.count(" selected") == 1
+
     def test_the_first_message_creates_the_chat_with_the_picked_assistant_and_queues_the_message(self):
         listener = GroupListener(f"user.{self.alice.pk}")
         response = self.client.post(reverse("chat:new"), {"assistant": "shopping", "text": "  add milk please  "})
