@@ -384,6 +384,7 @@
     armToasts();
     syncTitle();
     restoreDraft();
+    composerChanged();
     restoreStateCollapsed();
     focusComposer();
     var transcript = document.getElementById("transcript");
@@ -398,6 +399,28 @@
     var box = document.getElementById("composer-text");
     if (box && !box.disabled && !isPhone()) box.focus({preventScroll: true});
   }
+  // The box grows with its text up to its CSS max-height, then scrolls; a reader at the newest message
+  // stays there as it grows.
+  function fitComposer(box) {
+    var log = document.getElementById("transcript");
+    var atEnd = log && log.scrollHeight - log.scrollTop - log.clientHeight < 48;
+    box.style.height = "auto";  // back to its rows, to measure the text's own height
+    box.style.height = box.scrollHeight + box.offsetHeight - box.clientHeight + "px";
+    if (atEnd) log.scrollTop = log.scrollHeight;
+  }
+  function composerChanged() {
+    var box = document.getElementById("composer-text");
+    if (!box) return;
+    fitComposer(box);
+  }
+  document.addEventListener("input", function (event) {
+    if (event.target.id === "composer-text") composerChanged();
+  });
+  // Emptied once sent (live.js resets the form after this event): measured again after the reset.
+  document.addEventListener("reset", function (event) {
+    if (event.target.id === "composer") queueMicrotask(composerChanged);
+  });
+  window.addEventListener("resize", composerChanged);
   document.addEventListener("click", function (event) {
     if (!event.target.closest(".skip-link")) return;
     var box = document.getElementById("composer-text");

@@ -1,0 +1,47 @@
+"""The composer in Chromium (issue 42): it grows with what is typed."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import log_in
+from tests.e2e.test_ux_browser import open_chat
+from tests.factories import make_session, make_user
+from tests.llm_server import Text
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+expect.set_options(timeout=10_000)
+
+
+def lines(count: int) -> str:
+    return "\n".join(f"line {number}" for number in range(1, count + 1))
+
+
+def test_the_composer_grows_with_the_text_up_to_a_height_then_scrolls(page, daphne_server, llm_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Long messages", name_source="user")
+    log_in(page.context, daphne_server.url, alice)
+    page.set_viewport_size({"width": 1400, "height": 900})
+    open_chat(page, daphne_server, session)
+    box = page.locator("#composer-text")
+    empty = box.evaluate("box => box.offsetHeight")
+
+    box.fill(lines(12))  # every line shown, none scrolled out of sight
+    page.wait_for_function("""() => {
+        const box = document.getElementById('composer-text');
+        return box.offsetHeight > 200 && box.scrollHeight <= box.clientHeight;
+    }""")
+    box.fill(lines(80))  # then it stops at its max height and scrolls
+    page.wait_for_function("""() => {
+        const box = document.getElementById('composer-text');
+        return box.scrollHeight > box.clientHeight
+            && box.offsetHeight === parseFloat(getComputedStyle(box).maxHeight);
+    }""")
+    assert box.evaluate("box => box.offsetHeight") <= 900 * 0.4
+
+    llm_server.add(Text("Read them all."))
+    box.press("Enter")
+    expect(page.locator("#transcript .run").last).to_have_attribute("data-status", "completed")
+    expect(box).to_have_value("")
+    page.wait_for_function(f"() => document.getElementById('composer-text').offsetHeight === {empty}")
