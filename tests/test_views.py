@@ -206,6 +206,16 @@ class TestIndexAndNewSession(WebTestCase):
         assert ChatSession.objects.count() == before
         assert not Run.objects.filter(status=RunStatus.QUEUED).exists()
 
+    def test_the_limit_counts_line_ends_as_the_page_does(self):
+        """A form post sends each line end as CR LF; the page's count (and the socket) have LF: one character."""
+        text = "\r\n".join(["line"] * 4)  # 22 characters as posted, 19 as typed
+        with override_settings(CHAT_MAX_MESSAGE_CHARS=19):
+            response = self.client.post(reverse("chat:new"), {"assistant": "shopping", "text": text})
+            page = self.client.get(reverse("chat:new")).content.decode()
+        assert response.status_code == 302
+        assert Run.objects.get(status=RunStatus.QUEUED).input == "line\nline\nline\nline"
+        assert 'id="composer-count" class="composer-count" data-max="19"' in page  # the limit, given to the page
+
     def test_a_deleted_chat_with_no_chat_left_shows_its_undo_on_a_new_chat(self):
         ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now())
         ChatSession.objects.for_user(self.alice).exclude(pk=self.session.pk).delete()

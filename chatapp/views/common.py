@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import aget_object_or_404, get_object_or_404, render
 from django.urls import Resolver404, resolve
@@ -76,6 +77,7 @@ def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 2
         "state_panel": rendering.render_state_panel(session, **panel),
         "assistant_name": assistant_name(session.component_id),
         "read_only": session.deleted_at is not None,
+        "max_chars": settings.CHAT_MAX_MESSAGE_CHARS,
         "deleted": just_deleted(request),
     }, status=status)
 

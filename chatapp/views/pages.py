@@ -3,6 +3,7 @@ page, older runs, and the trash."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import Http404, HttpResponse
@@ -91,6 +92,7 @@ def new_session(request: HtmxHttpRequest) -> HttpResponse:
         "text": request.POST.get("text", ""),
         "error": error,
         "deleted": just_deleted(request),
+        "max_chars": settings.CHAT_MAX_MESSAGE_CHARS,
     }, status=status)
     if status == 429:
         response["Retry-After"] = str(refused[1])

@@ -1,10 +1,12 @@
-"""The composer in Chromium (issue 42): it grows with what is typed."""
+"""The composer in Chromium (issue 42): it grows with what is typed, counts the characters near the limit,
+and never loses a message the limit refuses."""
 
 from __future__ import annotations
 
 import pytest
 from playwright.sync_api import expect
 
+from sessions_core.models import Run
 from tests.e2e.conftest import log_in
 from tests.e2e.test_ux_browser import open_chat
 from tests.factories import make_session, make_user
@@ -12,6 +14,8 @@ from tests.llm_server import Text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=10_000)
+
+LIMIT = 20_000  # CHAT_MAX_MESSAGE_CHARS of the test server (the default)
 
 
 def lines(count: int) -> str:
@@ -45,3 +49,32 @@ def test_the_composer_grows_with_the_text_up_to_a_height_then_scrolls(page, daph
     expect(page.locator("#transcript .run").last).to_have_attribute("data-status", "completed")
     expect(box).to_have_value("")
     page.wait_for_function(f"() => document.getElementById('composer-text').offsetHeight === {empty}")
+
+
+def test_a_message_over_the_limit_stays_in_the_box_with_a_count_near_the_limit(page, daphne_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="general", name="Limits", name_source="user")
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    box, count = page.locator("#composer-text"), page.locator("#composer-count")
+
+    box.fill("x" * 17_000)
+    expect(count).to_be_hidden()  # far from the limit: no count
+    box.fill("😀" * 18_500)  # characters, as the server counts them (JavaScript's length is twice that)
+    expect(count).to_have_text("1,500 characters left")
+    expect(page.locator("#composer-count-said")).to_have_text("1,500 characters left")  # polite, once typing pauses
+    expect(page.locator("#composer-count-said")).to_have_attribute("aria-live", "polite")
+
+    text = "x" * (LIMIT + 50)
+    box.fill(text)
+    expect(count).to_have_text("50 characters over the limit of 20,000")
+    expect(count).to_have_class("composer-count over")
+    box.press("Enter")
+    expect(page.locator("#run-status")).to_have_text("The message is 20,050 characters long; the limit is 20,000.")
+    expect(box).to_have_value(text)  # kept, to be shortened
+    expect(box).to_be_focused()
+    page.get_by_role("button", name="Send").click()
+    expect(box).to_have_value(text)
+    page.reload()  # still the draft
+    expect(box).to_have_value(text)
+    assert not Run.objects.exists()
