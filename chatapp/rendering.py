@@ -473,6 +473,7 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
         "summary": summary,
         # An assistant without state (and nothing stored, no summary): the page shows no state panel.
         "has_state": bool(defaults or session.session_state or changes or summary),
+        "read_only": session.deleted_at is not None,  # in the trash: no editor
         **extra,
     }
 

@@ -135,7 +135,8 @@ def transcript_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     if not before.isdigit():
         raise Http404("Missing or bad 'before'.")
     runs = rendering.transcript_runs(session, before=int(before))
-    context = {"session": session, "runs": runs, "run_views": [rendering.run_view(run) for run in runs]}
+    context = {"session": session, "runs": runs, "run_views": [rendering.run_view(run) for run in runs],
+               "read_only": session.deleted_at is not None}
     template = "chatapp/_transcript_runs.html" if request.htmx else "chatapp/transcript_earlier.html"
     return render(request, template, context)
 
