@@ -368,18 +368,24 @@ def test_a_server_crash_mid_reply_shows_it_interrupted_and_loses_no_queued_messa
             server.stop()
 
 
+def download_from_row(page, session: ChatSession, item: str):
+    """The file the chat's sidebar row menu item `item` downloads (a Playwright Download)."""
+    row = page.locator(f"#session-item-{session.pk}")
+    row.get_by_role("button", name=f"More actions for {session.name}").click()
+    with page.expect_download() as download:
+        row.get_by_role("menuitem", name=item).click()
+    return download.value
+
+
 def test_a_chat_downloads_as_markdown_from_its_sidebar_row(page, daphne_server):
     alice = make_user("alice")
     session = make_session(alice, component_id="general", name="Trip plans", name_source="user")
     make_run(session, "where should we go?", "Somewhere **warm**.")
     log_in(page.context, daphne_server.url, alice)
     open_chat(page, daphne_server, session)
-    row = page.locator(f"#session-item-{session.pk}")
-    row.get_by_role("button", name="More actions for Trip plans").click()
-    with page.expect_download() as download:
-        row.get_by_role("menuitem", name="Download as Markdown").click()
-    assert download.value.suggested_filename == f"trip-plans-{session.session_id[:8]}.md"
-    text = open(download.value.path(), encoding="utf-8").read()
+    download = download_from_row(page, session, "Download as Markdown")
+    assert download.suggested_filename == f"trip-plans-{session.session_id[:8]}.md"
+    text = open(download.path(), encoding="utf-8").read()
     assert text.startswith("# Trip plans\n") and "where should we go?" in text and "Somewhere **warm**." in text
 
 
@@ -390,12 +396,9 @@ def test_a_chat_downloads_as_json_from_its_sidebar_row_and_imports_back(page, da
     make_run(session, "add milk", "Added milk.")
     log_in(page.context, daphne_server.url, alice)
     open_chat(page, daphne_server, session)
-    row = page.locator(f"#session-item-{session.pk}")
-    row.get_by_role("button", name="More actions for Weekly shop").click()
-    with page.expect_download() as download:
-        row.get_by_role("menuitem", name="Download as JSON").click()
-    assert download.value.suggested_filename == f"weekly-shop-{session.session_id[:8]}.json"
-    path = download.value.path()
+    download = download_from_row(page, session, "Download as JSON")
+    assert download.suggested_filename == f"weekly-shop-{session.session_id[:8]}.json"
+    path = download.path()
     document = json.loads(open(path, encoding="utf-8").read())
     assert document["format"] == "sessions_core.session" and document["name"] == "Weekly shop"
 

@@ -23,10 +23,10 @@ def lines(count: int) -> str:
 
 
 def test_the_composer_grows_with_the_text_up_to_a_height_then_scrolls(page, daphne_server, llm_server):
+    page.set_viewport_size({"width": 1400, "height": 900})  # the max height is 40 % of it (360 px)
     alice = make_user("alice")
     session = make_session(alice, component_id="general", name="Long messages", name_source="user")
     log_in(page.context, daphne_server.url, alice)
-    page.set_viewport_size({"width": 1400, "height": 900})
     open_chat(page, daphne_server, session)
     box = page.locator("#composer-text")
     empty = box.evaluate("box => box.offsetHeight")
