@@ -25,6 +25,8 @@ ignored like any other extra key):
     binary, an unknown type, a missing or empty field, text over a limit) is answered with an error in
     #run-status on this socket only; nothing is written and the socket stays open. So is a send or a
     retry over the user's rate limits (CHAT_MESSAGES_PER_MINUTE, CHAT_RUNS_IN_FLIGHT; chatapp/ratelimits.py).
+    A `send` refused so (its text too long, a rate limit, the chat gone to the trash) also hands its text
+    back: the composer's text box comes with it, holding the message again (_composer_text.html).
 
 Outbound frames are HTML for htmx out-of-band swaps, each top-level element carrying
 `hx-swap-oob` or an id:
@@ -80,7 +82,12 @@ FRAME_TYPES = ("send", "stop", "retry", "regenerate", "edit", "branch", "regener
 
 
 class FrameError(ValueError):
-    """An inbound frame that is refused; the message is shown to the user."""
+    """An inbound frame that is refused; the message is shown to the user. `text`: a refused message's
+    own text, handed back to the composer rather than lost."""
+
+    def __init__(self, message: str, text: str = ""):
+        super().__init__(message)
+        self.text = text
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,8 @@ def _text(data: dict) -> str:
     try:
         return message_text(data.get("text"))
     except MessageTextError as exc:
-        raise FrameError(str(exc)) from None
+        text = data.get("text")
+        raise FrameError(str(exc), text if isinstance(text, str) and data.get("type") == "send" else "") from None
 
 
 def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame:
@@ -144,6 +152,11 @@ async def _current_session(user, session_pk: int) -> ChatSession | None:
     """The socket's session as stored now (None once in the trash): one query, on the web's own database
     threads (chatapp/dbthreads.py), not behind the runs' engine work."""
     return await dbthreads.run(_alive_session, user, pk=session_pk)
+
+
+def _handed_back(text: str) -> str:
+    """A message the server did not take, back in the composer (whose text the page cleared as it sent it)."""
+    return render_composer_text(text) if text.strip() else ""
 
 
 class NotFoundConsumer(AsyncWebsocketConsumer):
@@ -202,8 +215,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data=None, bytes_data=None):
         try:
             frame = parse_frame(text_data, bytes_data)
-        except FrameError as exc:
-            await self._send_html(render_status(str(exc), "error"))
+        except FrameError as exc:  # a refused message comes back into the composer (one over the length limit)
+            await self._send_html(render_status(str(exc), "error") + _handed_back(exc.text))
             return
         session = await _current_session(self.user, self.session.pk)
         if session is None:
@@ -211,7 +224,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             # into the composer rather than being dropped.
             note = render_status("This chat is in the trash: restore it to continue. Your message was not sent.",
                                  "error")
-            await self._send_html(note + (render_composer_text(frame.text) if frame.type == "send" else ""))
+            await self._send_html(note + _handed_back(frame.text if frame.type == "send" else ""))
             return
         run = None
         if frame.type in ("retry", "regenerate", "edit"):  # a run of this chat, or refused before it counts
@@ -222,7 +235,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 return
         starts_a_run = frame.type in ("send", "retry", "regenerate", "edit")
         if starts_a_run and (refused := await ratelimits.refuse_message(self.user)):
-            await self._send_html(render_status(refused, "error"))  # nothing queued, nothing written
+            # Nothing queued, nothing written; the message comes back into the composer.
+            await self._send_html(render_status(refused, "error") + _handed_back(frame.text if frame.type == "send" else ""))
             return
         if frame.type == "send":
             await live.submit(session, self.user, frame.text)

@@ -18,12 +18,13 @@ class MessageTextError(ValueError):
 
 
 def message_text(value) -> str:
-    """A message as it is run: trimmed, stored as the engine stores it (NUL and lone surrogates become
-    U+FFFD), 1 to CHAT_MAX_MESSAGE_CHARS characters. The socket's frames and the first message of a new
-    chat are checked here alike."""
+    """A message as it is run: trimmed, its line ends LF (a form post sends CR LF; the socket and the page's
+    character count have LF), stored as the engine stores it (NUL and lone surrogates become U+FFFD), 1 to
+    CHAT_MAX_MESSAGE_CHARS characters. The socket's frames and the first message of a new chat are
+    checked here alike."""
     if not isinstance(value, str) or not value.strip():
         raise MessageTextError("Type a message first.")
-    text = storable(value.strip())
+    text = storable(value.replace("\r\n", "\n").strip())
     limit = settings.CHAT_MAX_MESSAGE_CHARS
     if len(text) > limit:
         raise MessageTextError(f"The message is {len(text):,} characters long; the limit is {limit:,}.")

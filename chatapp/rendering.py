@@ -198,6 +198,38 @@ class StepView:
         return render_markdown(self.run.content)
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What a finished turn used: its models, in the order they first answered, and its tokens (None:
+    unknown, as when a model call was stopped before the server counted it). A workflow's turn (its own
+    run calls no model) and a team's are summed over the runs of their steps and members; `summed` says so."""
+
+    models: list[str]
+    input_tokens: int | None
+    output_tokens: int | None
+    summed: bool = False
+
+
+def _usage(runs: list[Run], summed: bool) -> Usage:
+    models, totals, unknown = [], {"input_tokens": 0, "output_tokens": 0}, False
+    for run in runs:
+        metrics = run.metrics or {}
+        if run.model_id and run.model_id not in models:
+            models.append(run.model_id)
+        if "input_tokens" in metrics:
+            for key in totals:
+                totals[key] += metrics.get(key) or 0
+        elif "model_calls" in metrics:  # a model answered, but its tokens were never counted
+            unknown = True
+    counted = any("input_tokens" in (run.metrics or {}) for run in runs) and not unknown
+    return Usage(models, totals["input_tokens"] if counted else None, totals["output_tokens"] if counted else None,
+                 summed)
+
+
+def _tree(steps: list[StepView]) -> list[Run]:
+    return [run for step in steps for run in (step.run, *_tree(step.steps))]
+
+
 @dataclass
 class RunView:
     """What _run.html shows of a run (`run`: the stored row, or a run being streamed, as for StepView)."""
@@ -220,6 +252,12 @@ class RunView:
     @property
     def metrics(self) -> dict:
         return self.run.metrics or {}
+
+    @property
+    def usage(self) -> Usage:
+        """The models and tokens of the turn: the run's own, with its steps' (or members') added."""
+        steps = _tree(self.steps)
+        return _usage([self.run, *steps], summed=bool(steps))
 
 
 def run_view(run: Run) -> RunView:
@@ -472,6 +510,7 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
         "summary": summary,
         # An assistant without state (and nothing stored, no summary): the page shows no state panel.
         "has_state": bool(defaults or session.session_state or changes or summary),
+        "read_only": session.deleted_at is not None,  # in the trash: no editor
         **extra,
     }
 

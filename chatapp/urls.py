@@ -14,6 +14,7 @@ chat_patterns = [
     path("", views.index, name="index"),
     path("new/", views.new_session, name="new"),
     path("trash/", views.trash, name="trash"),
+    path("trash/empty/", views.trash_empty_hx, name="trash_empty_hx"),
     path("export/", views.export_all, name="export_all"),
     path("import/", views.import_chats, name="import"),
     path("sessions/", views.session_list_hx, name="session_list_hx"),

@@ -139,6 +139,21 @@ class TestBadFrames(LiveTestMixin, TransactionTestCase):
             await socket.disconnect()
         assert await Run.objects.acount() == 0
 
+    async def test_a_message_refused_for_its_length_comes_back_into_the_composer(self):
+        with self.settings(CHAT_MAX_MESSAGE_CHARS=5):
+            socket = await self.socket(self.session.session_id, self.alice)
+            await socket.send_to(text_data=json.dumps({"type": "send", "text": "1 <b>3456"}))
+            answer = await socket.receive_from(timeout=5)
+            assert "9 characters long; the limit is 5" in answer
+            # The page cleared its box as it sent the message: the box comes back holding it (escaped).
+            assert re.search(r'<textarea id="composer-text" [^>]*hx-swap-oob="true">1 &lt;b&gt;3456</textarea>', answer)
+            await socket.send_to(text_data=json.dumps({"type": "edit", "run_id": "r1", "text": "123456"}))
+            assert "composer-text" not in await socket.receive_from(timeout=5)  # an edit's text is in its own form
+            await socket.send_to(text_data=json.dumps({"type": "send", "text": "  "}))
+            assert "composer-text" not in await socket.receive_from(timeout=5)  # nothing to hand back
+            await socket.disconnect()
+        assert await Run.objects.acount() == 0
+
     async def test_a_retry_of_another_sessions_run_is_refused(self):
         other = await sync_to_async(make_session)(self.alice, component_id="general")
         foreign = await sync_to_async(make_run)(other, "secret question", None, status=RunStatus.ERROR)

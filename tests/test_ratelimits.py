@@ -53,6 +53,7 @@ class TestSocketLimits(LiveTestMixin, TransactionTestCase):
             frames = await frames_until(socket, is_error)
             assert "Too many messages: the limit is 3 per minute (CHAT_MESSAGES_PER_MINUTE)" in frames[-1]
             assert "Try again in" in frames[-1]
+            assert 'id="composer-text"' in frames[-1] and ">one too many</textarea>" in frames[-1]  # handed back
             retry = await Run.objects.filter(session=self.session).afirst()
             await socket.send_to(text_data=json.dumps({"type": "retry", "run_id": retry.run_id}))
             assert "CHAT_MESSAGES_PER_MINUTE" in (await frames_until(socket, is_error))[-1]  # a retry counts too

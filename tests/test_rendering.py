@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from html.parser import HTMLParser
 
 import pytest
@@ -135,8 +136,42 @@ class TestRunFragment(TestCase):
         run = make_run(self.session, model_id="gpt-test", metrics={
             "input_tokens": 120, "output_tokens": 34, "time_to_first_token": 0.2345, "duration": 1.5})
         html = rendering.render_run(run)
-        for text in ("gpt-test", "120 in / 34 out tokens", "first token 0.23 s", "1.50 s"):
+        for text in ("gpt-test", "120 in / 34 out tokens", ">first token 234 ms<", ">1.50 s<"):
             assert text in html
+
+    def test_a_first_token_under_a_second_is_shown_in_milliseconds_not_as_zero(self):
+        for ttft, shown in ((0.0028, "first token 3 ms"), (0.0004, "first token under 1 ms"),
+                            (0.999, "first token 999 ms"), (2.5, "first token 2.50 s")):
+            run = make_run(self.session, model_id="offline-demo", metrics={
+                "input_tokens": 10, "output_tokens": 2, "time_to_first_token": ttft, "duration": ttft + 0.05})
+            html = rendering.render_run(run)
+            assert f">{shown}<" in html and "0.00 s" not in html, (ttft, html)
+
+    def test_a_workflows_footer_sums_its_steps_models_and_tokens(self):
+        workflow = make_run(self.session, kind="workflow", metrics={"duration": 0.4})
+        make_run(self.session, parent_run=workflow, kind="agent", step_name="Shopping assistant",
+                 model_id="offline-demo", metrics={"input_tokens": 120, "output_tokens": 14, "model_calls": 2,
+                                                   "time_to_first_token": 0.01, "duration": 0.2})
+        make_run(self.session, parent_run=workflow, kind="function", step_name="Tally", metrics={"duration": 0.001})
+        team_step = make_run(self.session, parent_run=workflow, kind="team", step_name="Team", model_id="gpt-test",
+                             metrics={"input_tokens": 30, "output_tokens": 5, "model_calls": 1})
+        make_run(self.session, parent_run=team_step, kind="agent", step_name="Planner", model_id="offline-demo",
+                 metrics={"input_tokens": 7, "output_tokens": 3, "model_calls": 1})
+        html = rendering.render_run(Run.objects.get(pk=workflow.pk))
+        footer = html[html.index('<footer class="run-meta">'):]
+        assert '<span class="meta-model">offline-demo, gpt-test</span>' in footer
+        assert re.search(r'<span class="meta-tokens" title="Summed over its steps">157 in / 22 out tokens</span>',
+                         footer)
+        assert "first token" not in footer and ">400 ms<" in footer
+
+    def test_a_turn_whose_step_tokens_were_never_counted_says_they_are_unknown(self):
+        workflow = make_run(self.session, kind="workflow", status=RunStatus.CANCELLED, metrics={"duration": 0.4})
+        make_run(self.session, parent_run=workflow, kind="agent", step_name="Counted", model_id="offline-demo",
+                 metrics={"input_tokens": 120, "output_tokens": 14, "model_calls": 1})
+        make_run(self.session, parent_run=workflow, kind="agent", step_name="Stopped", model_id="offline-demo",
+                 status=RunStatus.CANCELLED, metrics={"model_calls": 1})
+        footer = rendering.render_run(Run.objects.get(pk=workflow.pk)).split('<footer class="run-meta">')[1]
+        assert "tokens unknown" in footer and "120 in" not in footer
 
     def test_stopped_and_failed_runs_say_so(self):
         stopped = make_run(self.session, reply="half", status=RunStatus.CANCELLED)

@@ -48,6 +48,7 @@ OTHER_URLS = [
     ("get", "chat:new", {}),
     ("post", "chat:new", {"assistant": "general", "text": "hello"}),
     ("get", "chat:trash", {}),
+    ("post", "chat:trash_empty_hx", {"upto": "2100-01-01T00:00:00+00:00"}),
     ("get", "chat:export_all", {}),
     ("get", "chat:import", {}),
     ("get", "chat:session_list_hx", {}),
@@ -106,15 +107,16 @@ def test_anonymous_users_are_sent_to_log_in(client, alice_bob, method, name, dat
 
 
 POST_URLS = [(name, data) for method, name, data in SESSION_URLS if method == "post"]
+OTHER_POST_URLS = [(name, data) for method, name, data in OTHER_URLS if method == "post"]
 
 
-@pytest.mark.parametrize(("name", "data"), POST_URLS + [("chat:new", {"assistant": "general", "text": "hello"})])
+@pytest.mark.parametrize(("name", "data"), POST_URLS + OTHER_POST_URLS)
 def test_every_post_needs_the_csrf_token(db, name, data):
     alice = make_user("alice")
     session = make_session(owner=alice, name="Mine", deleted_at=timezone.now() if name.endswith("destroy_hx") else None)
     client = Client(enforce_csrf_checks=True)
     client.force_login(alice)
-    url = reverse(name) if name == "chat:new" else session_url(name, session)
+    url = reverse(name) if (name, data) in OTHER_POST_URLS else session_url(name, session)
     before = ChatSession.objects.count()
     assert client.post(url, data, headers=HX).status_code == 403
     assert ChatSession.objects.count() == before
@@ -168,6 +170,12 @@ class TestIndexAndNewSession(WebTestCase):
         for label in ("General assistant", "Shopping list", "Notes and list", "Project team"):
             assert f">{label}</option>" in header
 
+    def test_a_first_chat_starts_on_the_assistant_readmes_first_example_needs(self):
+        ChatSession.objects.all().delete()
+        html = self.client.get(reverse("chat:new")).content.decode()
+        assert re.search(r'<option value="shopping" [^>]*selected>Shopping list</option>', html)
+        assert html.count(" selected") == 1
+
     def test_the_first_message_creates_the_chat_with_the_picked_assistant_and_queues_the_message(self):
         listener = GroupListener(f"user.{self.alice.pk}")
         response = self.client.post(reverse("chat:new"), {"assistant": "shopping", "text": "  add milk please  "})
@@ -200,6 +208,16 @@ class TestIndexAndNewSession(WebTestCase):
                 assert composer[composer.index(">") + 1:].startswith(html_escape(data["text"]) + "</textarea>")
         assert ChatSession.objects.count() == before
         assert not Run.objects.filter(status=RunStatus.QUEUED).exists()
+
+    def test_the_limit_counts_line_ends_as_the_page_does(self):
+        """A form post sends each line end as CR LF; the page's count (and the socket) have LF: one character."""
+        text = "\r\n".join(["line"] * 4)  # 22 characters as posted, 19 as typed
+        with override_settings(CHAT_MAX_MESSAGE_CHARS=19):
+            response = self.client.post(reverse("chat:new"), {"assistant": "shopping", "text": text})
+            page = self.client.get(reverse("chat:new")).content.decode()
+        assert response.status_code == 302
+        assert Run.objects.get(status=RunStatus.QUEUED).input == "line\nline\nline\nline"
+        assert 'id="composer-count" class="composer-count" data-max="19"' in page  # the limit, given to the page
 
     def test_a_deleted_chat_with_no_chat_left_shows_its_undo_on_a_new_chat(self):
         ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now())
@@ -258,6 +276,20 @@ class TestChatPage(WebTestCase):
         assert "ws-connect" not in html
         assert re.search(r'<textarea id="composer-text"[^>]* disabled', html)
         assert re.search(r'<button type="submit" id="send-button"[^>]* disabled', html)
+
+    def test_a_trashed_sessions_runs_have_no_actions_and_its_earlier_runs_neither(self):
+        runs = [make_run(self.session, user_text=f"question {n}", reply=f"answer {n}") for n in range(51)]
+        make_run(self.session, user_text="broken", reply=None, status=RunStatus.ERROR)
+        live = self.client.get(reverse("chat:session", args=[self.session.session_id])).content.decode()
+        assert all(f'class="{name}' in live for name in ("edit-run", "regenerate", "fork", "retry"))
+        ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now())
+        trashed = self.client.get(reverse("chat:session", args=[self.session.session_id])).content.decode()
+        earlier = self.hx_get(reverse("chat:transcript_hx", args=[self.session.session_id]) + (
+            f"?before={runs[2].pk}")).content.decode()
+        for html, question in ((trashed, "question 50"), (earlier, "question 1")):
+            assert question in html
+            assert not re.search(r'class="[^"]*\b(edit-run|edit-form|regenerate|fork|retry|branch-switch)\b', html)
+        assert "Back to the trash" in trashed and "Edit as JSON" not in trashed
 
     def test_deleting_the_open_chat_goes_on_to_the_next_with_its_undo(self):
         other = make_session(owner=self.alice, name="Other chat")
@@ -383,7 +415,7 @@ class TestSidebarList(WebTestCase):
         actions = set(re.findall(r'data-action="([^"]+)"', page.split('id="row-menu-template"')[1]))
         expected = {reverse(name, args=[self.session.session_id]) for name in (
             "chat:session_rename_hx", "chat:session_pin_hx", "chat:session_delete_hx", "chat:session_retitle_hx",
-            "chat:session_export_markdown")}
+            "chat:session_export_markdown", "chat:session_export_json")}
         assert {base + action for action in actions} == expected
 
     def test_a_row_holds_no_menu_or_form_of_its_own_so_a_long_sidebar_stays_small(self):
@@ -534,6 +566,46 @@ class TestDeleteUndoTrash(WebTestCase):
         response = self.hx_post(reverse("chat:session_destroy_hx", args=[self.session.session_id]))
         assert response.status_code == 409
         assert ChatSession.objects.filter(pk=self.session.pk).exists()
+
+    def test_trash_titles_open_the_chat_and_times_read_well(self):
+        ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now() - timedelta(seconds=20))
+        older = make_session(owner=self.alice, name="Older", deleted_at=timezone.now() - timedelta(hours=3))
+        html = self.client.get(reverse("chat:trash")).content.decode()
+        chat = reverse("chat:session", args=[self.session.session_id])
+        assert f'<a class="trash-title" href="{chat}">Groceries</a>' in html
+        assert "deleted just now" in html and "0 minutes" not in html
+        assert "deleted 3\xa0hours ago" in html and older.session_id in html
+
+    def test_empty_trash_deletes_the_users_trashed_chats_the_page_listed(self):
+        make_run(self.session)
+        ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now() - timedelta(minutes=5))
+        older = make_session(owner=self.alice, name="Older", deleted_at=timezone.now() - timedelta(days=3))
+        live = make_session(owner=self.alice, name="Still here")
+        bobs = make_session(owner=self.bob, name="Bob's trash", deleted_at=timezone.now())
+        page = self.client.get(reverse("chat:trash")).content.decode()
+        upto = re.search(r'name="upto" value="([^"]+)"', page).group(1)
+        assert 'hx-confirm="Empty the trash? Its 2 chats will be deleted for good.' in page
+        later = make_session(owner=self.alice, name="Trashed since", deleted_at=timezone.now())  # another tab
+        assert self.client.get(reverse("chat:trash_empty_hx")).status_code == 405  # a GET never deletes
+        response = self.hx_post(reverse("chat:trash_empty_hx"), {"upto": upto})
+        html = response.content.decode()
+        assert response.status_code == 200 and html.startswith('<section id="trash"')
+        assert "Deleted 2 chats for good." in html and "Trashed since" in html
+        left = set(ChatSession.objects.values_list("pk", flat=True))
+        assert left == {live.pk, bobs.pk, later.pk} and self.session.pk not in left and older.pk not in left
+        assert not Run.objects.filter(session_id=self.session.pk).exists()
+        response = self.client.post(reverse("chat:trash_empty_hx"), {"upto": timezone.now().isoformat()})
+        assert response["Location"] == reverse("chat:trash")
+        assert set(ChatSession.objects.values_list("pk", flat=True)) == {live.pk, bobs.pk}
+        assert self.hx_post(reverse("chat:trash_empty_hx"), {"upto": "yesterday"}).status_code == 400
+
+    def test_a_trashed_chat_cannot_be_renamed_pinned_or_retitled(self):
+        ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now())
+        for name, data in (("chat:session_rename_hx", {"name": "Renamed"}), ("chat:session_pin_hx", {"pinned": "1"}),
+                           ("chat:session_retitle_hx", {})):
+            assert self.hx_post(reverse(name, args=[self.session.session_id]), data).status_code == 404, name
+        session = ChatSession.objects.get(pk=self.session.pk)
+        assert (session.name, session.pinned_at) == ("Groceries", None)
 
     def test_plain_delete_forever_goes_back_to_the_trash(self):
         ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now())

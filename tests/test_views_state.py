@@ -7,6 +7,7 @@ import re
 
 from django.db import transaction
 from django.urls import reverse
+from django.utils import timezone
 
 from chatapp.state_edits import StaleStateError, replace_state
 from sessions_core.models import ChatSession, StateChange
@@ -166,6 +167,21 @@ class TestEdit(StateTestCase):
     def test_a_missing_version_is_refused(self):
         response = self.hx_post(self.url("chat:state_edit_hx"), {"state": "{}"})
         self.assert_refused(response, 422, "This field is required.")
+
+    def test_a_chat_in_the_trash_is_refused_with_409_and_its_panel_has_no_editor(self):
+        ChatSession.objects.filter(pk=self.session.pk).update(deleted_at=timezone.now())
+        listener = GroupListener(f"session.{self.session.pk}")
+        for htmx in (True, False):
+            response = self.edit({"shopping_list": ["sneaked in"]}, 3, htmx=htmx)
+            html = response.content.decode()
+            assert response.status_code == 409
+            assert "This chat is in the trash: restore it to edit its state." in html
+            assert 'id="state-edit"' not in html and "Edit as JSON" not in html
+        session = ChatSession.objects.get(pk=self.session.pk)
+        assert (session.state_version, session.session_state["shopping_list"]) == (3, ["milk", "eggs"])
+        assert listener.html() == []
+        panel = self.hx_get(self.url("chat:state_panel_hx")).content.decode()  # read, as any panel
+        assert "Edit as JSON" not in panel and "This chat is in the trash" in panel and "eggs" in panel
 
     def test_injected_keys_are_not_stored(self):
         self.edit({"shopping_list": [], "current_user_id": "mallory"}, 3)

@@ -18,6 +18,7 @@ from .sessions import (
     session_rename_hx,
     session_restore_hx,
     session_retitle_hx,
+    trash_empty_hx,
 )
 from .state import state_edit_hx, state_panel_hx, state_version_hx
 
@@ -26,4 +27,5 @@ __all__ = [
     "index", "new_session", "session_page", "session_version", "transcript_hx", "trash", "search_hx", "session_delete_hx",
     "session_destroy_hx", "session_list_hx", "session_pin_hx", "session_rename_hx",
     "session_restore_hx", "session_retitle_hx", "state_edit_hx", "state_panel_hx", "state_version_hx",
+    "trash_empty_hx",
 ]

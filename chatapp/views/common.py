@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import aget_object_or_404, get_object_or_404, render
 from django.urls import Resolver404, resolve
@@ -19,19 +20,23 @@ class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
 
 
-def _sessions(user, sidebar_only: bool):
+def _sessions(user, sidebar_only: bool, alive: bool):
     sessions = ChatSession.objects.for_user(user)
+    sessions = sessions.alive() if alive else sessions
     return sessions.for_sidebar() if sidebar_only else sessions
 
 
-def owned_session(request: HttpRequest, session_id: str, sidebar_only: bool = False) -> ChatSession:
-    """The request user's session with this id (alive or trashed); anyone else's is a 404."""
-    return get_object_or_404(_sessions(request.user, sidebar_only), session_id=session_id)
+def owned_session(request: HttpRequest, session_id: str, sidebar_only: bool = False,
+                  alive: bool = False) -> ChatSession:
+    """The request user's session with this id (alive or trashed; with `alive`, not in the trash, which is
+    read-only: a trashed one is then a 404, as are anyone else's)."""
+    return get_object_or_404(_sessions(request.user, sidebar_only, alive), session_id=session_id)
 
 
-async def aowned_session(request: HttpRequest, session_id: str, sidebar_only: bool = False) -> ChatSession:
+async def aowned_session(request: HttpRequest, session_id: str, sidebar_only: bool = False,
+                         alive: bool = False) -> ChatSession:
     """`owned_session` for async views."""
-    return await aget_object_or_404(_sessions(await request.auser(), sidebar_only), session_id=session_id)
+    return await aget_object_or_404(_sessions(await request.auser(), sidebar_only, alive), session_id=session_id)
 
 
 def next_url(request: HttpRequest, default: str) -> str:
@@ -80,6 +85,7 @@ def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 2
         "other_version": other_version,
         "assistant_name": assistant_name(session.component_id),
         "read_only": session.deleted_at is not None,
+        "max_chars": settings.CHAT_MAX_MESSAGE_CHARS,
         "deleted": just_deleted(request),
     }, status=status)
 

@@ -3,6 +3,7 @@ page, older runs, and the trash."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
@@ -92,6 +93,7 @@ def new_session(request: HtmxHttpRequest) -> HttpResponse:
         "text": request.POST.get("text", ""),
         "error": error,
         "deleted": just_deleted(request),
+        "max_chars": settings.CHAT_MAX_MESSAGE_CHARS,
     }, status=status)
     if status == 429:
         response["Retry-After"] = str(refused[1])
@@ -146,7 +148,8 @@ def transcript_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     if before is None:
         return HttpResponseBadRequest("Missing or bad 'before': a run's number.")
     runs = rendering.transcript_runs(session, before=before)
-    context = {"session": session, "runs": runs, "run_views": [rendering.run_view(run) for run in runs]}
+    context = {"session": session, "runs": runs, "run_views": [rendering.run_view(run) for run in runs],
+               "read_only": session.deleted_at is not None}
     template = "chatapp/_transcript_runs.html" if request.htmx else "chatapp/transcript_earlier.html"
     return render(request, template, context)
 

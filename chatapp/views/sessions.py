@@ -1,4 +1,6 @@
-"""Sidebar actions on one session (rename, pin, delete, restore, delete forever, retitle) and the list pages.
+"""Sidebar actions on one session (rename, pin, delete, restore, delete forever, retitle), emptying the trash,
+and the list pages. A chat in the trash is read-only: rename, pin and retitle find only live chats (a
+trashed one is a 404, as for fork); it can be restored or deleted for good.
 
 Each change re-renders the affected fragment for the requesting tab and broadcasts it to the
 user's other tabs through the user's channel group.
@@ -14,6 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
@@ -26,15 +29,8 @@ from ..ratelimits import too_many
 from ..assistants import get_assistant
 from ..broadcast import broadcast_to_user
 from ..forms import RenameForm
-from ..sidebar import sidebar_page
-from .common import (
-    HtmxHttpRequest,
-    aowned_session,
-    current_session_id,
-    is_current,
-    next_url,
-    owned_session,
-)
+from ..sidebar import sidebar_page, trashed_sessions
+from .common import HtmxHttpRequest, aowned_session, current_session_id, is_current, next_url, owned_session
 
 
 def _row(request: HtmxHttpRequest, session: ChatSession, status: int = 200, **extra) -> HttpResponse:
@@ -81,7 +77,7 @@ def session_list_hx(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def session_rename_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = owned_session(request, session_id, sidebar_only=True)
+    session = owned_session(request, session_id, sidebar_only=True, alive=True)
     form = RenameForm(request.POST)
     if not form.is_valid():
         error = form.errors["name"][0]
@@ -98,7 +94,7 @@ def session_rename_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse
 @login_required
 @require_POST
 def session_pin_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = owned_session(request, session_id, sidebar_only=True)
+    session = owned_session(request, session_id, sidebar_only=True, alive=True)
     # The form says which state it wants, so two tabs clicking at once agree instead of toggling twice.
     session.pinned_at = timezone.now() if request.POST.get("pinned") == "1" else None
     session.save(update_fields=["pinned_at"])
@@ -156,10 +152,27 @@ def session_destroy_hx(request: HtmxHttpRequest, session_id: str) -> HttpRespons
 
 @login_required
 @require_POST
+def trash_empty_hx(request: HtmxHttpRequest) -> HttpResponse:
+    """"Empty trash": the user's trashed chats deleted for good, those the page listed (trashed up to `upto`,
+    the newest it showed); a chat trashed since, in another tab, stays, as do the user's live chats."""
+    upto = parse_datetime(request.POST.get("upto", ""))
+    if upto is None:
+        return HttpResponseBadRequest("Missing or bad 'upto'.")
+    _, deleted = ChatSession.objects.for_user(request.user).trashed().filter(deleted_at__lte=upto).delete()
+    count = deleted.get(ChatSession._meta.label, 0)
+    note = f"Deleted {count} chat{'' if count == 1 else 's'} for good." if count else "The trash was already empty."
+    if request.htmx:
+        return render(request, "chatapp/_trash_list.html", {"sessions": trashed_sessions(request.user), "note": note})
+    messages.success(request, note)
+    return redirect("chat:trash")
+
+
+@login_required
+@require_POST
 async def session_retitle_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Regenerate the title with the model: the job is started and the row returned as it is now; the
     new title reaches every tab of the user (this one too) through the user's group when it arrives."""
-    session = await aowned_session(request, session_id, sidebar_only=True)
+    session = await aowned_session(request, session_id, sidebar_only=True, alive=True)
     user = await request.auser()
     if refused := await ratelimits.refuse(ratelimits.TITLES, user):
         return await sync_to_async(too_many)(request, *refused)

@@ -12,7 +12,7 @@ from sessions_core.state import StateNotJSONError
 from .. import rendering, state_view
 from ..broadcast import broadcast_to_session
 from ..forms import StateEditForm
-from ..state_edits import StaleStateError, replace_state
+from ..state_edits import StaleStateError, TrashedSessionError, replace_state
 from .common import HtmxHttpRequest, owned_session, render_chat_page
 
 
@@ -43,7 +43,8 @@ def state_version_hx(request: HtmxHttpRequest, session_id: str, version: int) ->
 @login_required
 @require_POST
 def state_edit_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    """Replace the whole state with the posted JSON object, unless it changed since the form was loaded."""
+    """Replace the whole state with the posted JSON object, unless it changed since the form was loaded (or the
+    chat went to the trash: read-only, a 409)."""
     session = owned_session(request, session_id)
     form = StateEditForm(request.POST)
     if not form.is_valid():
@@ -60,6 +61,9 @@ def state_edit_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         # The form now carries the current version, so saving again is a deliberate overwrite.
         return _panel(request, session, status=409, edit_error=message, edit_text=form.data["state"],
                       edit_version=exc.current_version)
+    except TrashedSessionError:  # the panel, as a chat in the trash shows it: no editor, a note saying why
+        session.refresh_from_db()
+        return _panel(request, session, status=409)
     except StateNotJSONError as exc:
         return _panel(request, session, status=422, edit_error=str(exc), edit_text=form.data["state"])
     broadcast_to_session(session.pk, rendering.render_state_panel(session, changed, oob="true"))

@@ -384,6 +384,7 @@
     armToasts();
     syncTitle();
     restoreDraft();
+    composerChanged();
     restoreStateCollapsed();
     focusComposer();
     var transcript = document.getElementById("transcript");
@@ -398,6 +399,82 @@
     var box = document.getElementById("composer-text");
     if (box && !box.disabled && !isPhone()) box.focus({preventScroll: true});
   }
+  // The box grows with its text up to its CSS max-height, then scrolls; a reader at the newest message
+  // stays there as it grows.
+  function fitComposer(box) {
+    var log = document.getElementById("transcript");
+    var atEnd = log && log.scrollHeight - log.scrollTop - log.clientHeight < 48;
+    box.style.height = "auto";  // back to its rows, to measure the text's own height
+    box.style.height = box.scrollHeight + box.offsetHeight - box.clientHeight + "px";
+    if (atEnd) log.scrollTop = log.scrollHeight;
+  }
+  // The length the server counts (chatapp/forms.py message_text): trimmed, in characters, not UTF-16 units.
+  function messageLength(text) { return Array.from(text.trim()).length; }
+  function numberText(value) { return value.toLocaleString("en"); }
+  function messageLimit() {
+    var count = document.getElementById("composer-count");
+    return count ? parseInt(count.dataset.max, 10) || 0 : 0;
+  }
+  // From 90 % of the limit the count shows what is left (or how far over it is); the polite live region
+  // says it once the typing pauses, rather than at every key.
+  var countSaid = null;
+  function countComposer(box) {
+    var count = document.getElementById("composer-count"), max = messageLimit();
+    if (!count || !max) return;
+    var length = box.value.length < max * 0.9 ? 0 : messageLength(box.value);
+    var text = "";
+    if (length > max) text = numberText(length - max) + " characters over the limit of " + numberText(max);
+    else if (length >= max * 0.9) text = numberText(max - length) + " characters left";
+    count.hidden = !text;
+    count.textContent = text;
+    count.classList.toggle("over", length > max);
+    clearTimeout(countSaid);
+    countSaid = setTimeout(function () {
+      var said = document.getElementById("composer-count-said");
+      if (said && said.textContent !== text) said.textContent = text;
+    }, 1000);
+  }
+  function composerChanged() {
+    var box = document.getElementById("composer-text");
+    if (!box) return;
+    fitComposer(box);
+    countComposer(box);
+  }
+  document.addEventListener("input", function (event) {
+    if (event.target.id === "composer-text") composerChanged();
+  });
+  // Emptied once sent (live.js resets the form after this event): measured again after the reset.
+  document.addEventListener("reset", function (event) {
+    if (event.target.id === "composer") queueMicrotask(composerChanged);
+  });
+  window.addEventListener("resize", composerChanged);
+  // A message over the limit is not sent: it stays in the box, and the status line says why (the server
+  // would refuse it with the same words).
+  document.addEventListener("submit", function (event) {
+    var box = document.getElementById("composer-text"), max = messageLimit();
+    if (event.target.id !== "composer" || !box || !max) return;
+    var length = messageLength(box.value);
+    if (length <= max) return;
+    event.preventDefault();
+    event.stopImmediatePropagation();  // before htmx's ws-send (or the new chat's post) sees it
+    var line = document.getElementById("run-status"), note = document.createElement("span");
+    note.className = "status-error";
+    note.textContent = "The message is " + numberText(length) + " characters long; the limit is " + numberText(max) + ".";
+    if (line) line.replaceChildren(note);
+    box.focus();
+  }, true);
+  // A message the server did not take comes back in a new text box (out of band): kept as the draft,
+  // measured, and focused again if the focus went with the old box.
+  document.addEventListener("htmx:oobAfterSwap", function (event) {
+    var box = event.target;
+    if (!box || box.id !== "composer-text") return;
+    saveDraft();
+    composerChanged();
+    if (!document.activeElement || document.activeElement === document.body) {
+      box.focus();
+      box.setSelectionRange(box.value.length, box.value.length);
+    }
+  });
   document.addEventListener("click", function (event) {
     if (!event.target.closest(".skip-link")) return;
     var box = document.getElementById("composer-text");

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from datetime import timedelta
@@ -367,19 +368,48 @@ def test_a_server_crash_mid_reply_shows_it_interrupted_and_loses_no_queued_messa
             server.stop()
 
 
+def download_from_row(page, session: ChatSession, item: str):
+    """The file the chat's sidebar row menu item `item` downloads (a Playwright Download)."""
+    row = page.locator(f"#session-item-{session.pk}")
+    row.get_by_role("button", name=f"More actions for {session.name}").click()
+    with page.expect_download() as download:
+        row.get_by_role("menuitem", name=item).click()
+    return download.value
+
+
 def test_a_chat_downloads_as_markdown_from_its_sidebar_row(page, daphne_server):
     alice = make_user("alice")
     session = make_session(alice, component_id="general", name="Trip plans", name_source="user")
     make_run(session, "where should we go?", "Somewhere **warm**.")
     log_in(page.context, daphne_server.url, alice)
     open_chat(page, daphne_server, session)
-    row = page.locator(f"#session-item-{session.pk}")
-    row.get_by_role("button", name="More actions for Trip plans").click()
-    with page.expect_download() as download:
-        row.get_by_role("menuitem", name="Download as Markdown").click()
-    assert download.value.suggested_filename == f"trip-plans-{session.session_id[:8]}.md"
-    text = open(download.value.path(), encoding="utf-8").read()
+    download = download_from_row(page, session, "Download as Markdown")
+    assert download.suggested_filename == f"trip-plans-{session.session_id[:8]}.md"
+    text = open(download.path(), encoding="utf-8").read()
     assert text.startswith("# Trip plans\n") and "where should we go?" in text and "Somewhere **warm**." in text
+
+
+def test_a_chat_downloads_as_json_from_its_sidebar_row_and_imports_back(page, daphne_server):
+    alice = make_user("alice")
+    session = make_session(alice, component_id="shopping", name="Weekly shop", name_source="user",
+                           session_state={"shopping_list": ["milk"]})
+    make_run(session, "add milk", "Added milk.")
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
+    download = download_from_row(page, session, "Download as JSON")
+    assert download.suggested_filename == f"weekly-shop-{session.session_id[:8]}.json"
+    path = download.path()
+    document = json.loads(open(path, encoding="utf-8").read())
+    assert document["format"] == "sessions_core.session" and document["name"] == "Weekly shop"
+
+    page.get_by_role("link", name="Import").click()
+    expect(page.locator(".import-page")).to_contain_text("Download as JSON")  # what the page asks for is offered
+    page.get_by_label("File").set_input_files(path)
+    page.get_by_role("button", name="Import").click()
+    expect(page.locator(".flash")).to_have_text("Imported 1 chat.")
+    expect(last_run(page)).to_contain_text("Added milk.")
+    expect(page.locator(".session-link[aria-current=page] .session-title")).to_have_text("Weekly shop (imported)")
+    expect(page.locator("#state-panel")).to_contain_text("milk")
 
 
 def test_an_exported_chat_imports_through_the_page(page, daphne_server, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import expect
 
 from sessions_core.models import ChatSession, Run, RunStatus
-from tests.e2e.conftest import log_in
+from tests.e2e.conftest import BASE_DIR, log_in
 from tests.e2e.test_ux_browser import open_chat, watch_console
 from tests.factories import make_run, make_session, make_user
 from tests.llm_server import Text, ToolCalls
@@ -58,6 +58,26 @@ def test_a_new_user_lands_in_a_chat_and_its_first_message_creates_it(page, daphn
     assert problems == []
 
 
+def test_readmes_first_example_works_in_a_new_users_first_chat(page, offline_daphne_server):
+    """README's own words, typed as a newcomer would: the assistant a first chat starts on has the list tools."""
+    readme = " ".join((BASE_DIR / "README.md").read_text(encoding="utf-8").split())
+    example = re.search(r'A first chat starts on the (.+?) assistant: type "([^"]+)"', readme)
+    assert example, "README no longer gives its first example as the tests expect"
+    assistant, words = example.groups()
+    log_in(page.context, offline_daphne_server.url, make_user("newcomer"))
+    page.goto(f"{offline_daphne_server.url}/")
+    expect(page.get_by_label("Assistant").locator("option:checked")).to_have_text(assistant)
+    page.locator("#composer-text").fill(words)
+    page.locator("#composer-text").press("Enter")
+    run = page.locator("#transcript .run").last
+    expect(run).to_have_attribute("data-status", "completed")
+    expect(run.locator(".tool-call")).not_to_have_count(0)
+    for item in ("milk", "eggs", "bread"):
+        expect(page.locator("#state-tree")).to_contain_text(item)
+    expect(run.locator(".reply")).not_to_contain_text("can't really think")
+    assert ChatSession.objects.get().session_state["shopping_list"] == ["milk", "eggs", "bread"]
+
+
 def test_a_refused_first_message_stays_in_the_box(page, daphne_server):
     alice = make_user("alice")
     log_in(page.context, daphne_server.url, alice)
@@ -94,6 +114,7 @@ def test_a_rows_menu_works_by_keyboard_and_survives_its_swap(page, daphne_server
     page.keyboard.press("ArrowDown")
     page.keyboard.press("ArrowDown")
     page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowDown")
     expect(menu.get_by_role("menuitem", name="Pin")).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.locator("#session-list .is-pinned")).to_have_count(1)
@@ -121,7 +142,7 @@ def test_a_rows_menu_works_by_keyboard_and_survives_its_swap(page, daphne_server
     second.locator(f"#session-item-{session.pk} input[name=name]").press("Enter")
     expect(row.locator(".session-title")).to_have_text("Shop")
     row.get_by_role("button", name="More actions for Shop").click()
-    expect(row.get_by_role("menu", name="Shop").get_by_role("menuitem")).to_have_count(5)
+    expect(row.get_by_role("menu", name="Shop").get_by_role("menuitem")).to_have_count(6)
     page.keyboard.press("Escape")
     expect(row.get_by_role("button", name="More actions for Shop")).to_be_focused()
 

@@ -8,6 +8,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from sessions_core.models import Run
 from tests.e2e.conftest import Daphne, _server_env, log_in
 from tests.factories import make_session, make_user
 
@@ -100,3 +101,30 @@ def test_the_project_team_shows_each_delegation_and_the_state(page, context, slo
     page.reload()
     expect(page.locator("#transcript .run .step")).to_have_count(1)
     assert transcript_html(page) == live
+
+
+def test_a_replys_footer_shows_what_it_used_a_workflows_summed_over_its_steps(page, context, slow_offline_server):
+    alice = make_user("alice", "pw-alice-123")
+    workflow = make_session(alice, component_id="shopping-workflow", kind="workflow")
+    agent = make_session(alice, component_id="shopping")
+    log_in(context, slow_offline_server.url, alice)
+
+    open_chat(page, slow_offline_server, workflow)
+    send(page, "add milk and eggs")
+    meta = page.locator("#transcript .run").last.locator(".run-meta")
+    expect(page.locator("#transcript .run").last).to_have_attribute("data-status", "completed")
+    steps = Run.objects.filter(parent_run__isnull=False, session=workflow)
+    used = [step.metrics for step in steps if "input_tokens" in step.metrics]
+    assert used  # the agent step counted its tokens; the function step has none
+    expect(meta.locator(".meta-model")).to_have_text("offline-demo")
+    expect(meta.locator(".meta-tokens")).to_have_text(
+        f"{sum(m['input_tokens'] for m in used)} in / {sum(m['output_tokens'] for m in used)} out tokens")
+
+    open_chat(page, slow_offline_server, agent)
+    send(page, "add bread")
+    run = page.locator("#transcript .run").last
+    expect(run).to_have_attribute("data-status", "completed")
+    first_token = Run.objects.get(session=agent).metrics["time_to_first_token"]
+    assert first_token < 1  # the offline model's first word comes at once: milliseconds, not "0.00 s"
+    shown = f"{round(first_token * 1000)} ms" if first_token >= 0.0005 else "under 1 ms"
+    expect(run.locator(".meta-ttft")).to_have_text(f"first token {shown}")
