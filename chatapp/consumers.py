@@ -218,13 +218,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
         except FrameError as exc:  # a refused message comes back into the composer (one over the length limit)
             await self._send_html(render_status(str(exc), "error") + _handed_back(exc.text))
             return
+        sent = frame.text if frame.type == "send" else ""  # what comes back into the composer if refused
         session = await _current_session(self.user, self.session.pk)
         if session is None:
             # Moved to the trash (from another tab or process): nothing runs, and a message comes back
             # into the composer rather than being dropped.
             note = render_status("This chat is in the trash: restore it to continue. Your message was not sent.",
                                  "error")
-            await self._send_html(note + _handed_back(frame.text if frame.type == "send" else ""))
+            await self._send_html(note + _handed_back(sent))
             return
         run = None
         if frame.type in ("retry", "regenerate", "edit"):  # a run of this chat, or refused before it counts
@@ -235,8 +236,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 return
         starts_a_run = frame.type in ("send", "retry", "regenerate", "edit")
         if starts_a_run and (refused := await ratelimits.refuse_message(self.user)):
-            # Nothing queued, nothing written; the message comes back into the composer.
-            await self._send_html(render_status(refused, "error") + _handed_back(frame.text if frame.type == "send" else ""))
+            await self._send_html(render_status(refused, "error") + _handed_back(sent))  # nothing queued or written
             return
         if frame.type == "send":
             await live.submit(session, self.user, frame.text)

@@ -584,7 +584,7 @@ class TestDeleteUndoTrash(WebTestCase):
         bobs = make_session(owner=self.bob, name="Bob's trash", deleted_at=timezone.now())
         page = self.client.get(reverse("chat:trash")).content.decode()
         upto = re.search(r'name="upto" value="([^"]+)"', page).group(1)
-        assert 'hx-confirm="Empty the trash? Its 2 chats will be deleted for good.' in page
+        assert 'hx-confirm="Empty the trash? Every chat in it will be deleted for good.' in page
         later = make_session(owner=self.alice, name="Trashed since", deleted_at=timezone.now())  # another tab
         assert self.client.get(reverse("chat:trash_empty_hx")).status_code == 405  # a GET never deletes
         response = self.hx_post(reverse("chat:trash_empty_hx"), {"upto": upto})

@@ -68,7 +68,7 @@ def test_empty_trash_asks_first_then_deletes_the_trashed_chats_only(page, daphne
     page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
     page.get_by_role("button", name="Empty trash").click()
     expect(page.locator(".trash-item")).to_have_count(2)  # dismissed: nothing deleted
-    assert asked == ["Empty the trash? Its 2 chats will be deleted for good. This cannot be undone."]
+    assert asked == ["Empty the trash? Every chat in it will be deleted for good. This cannot be undone."]
     assert ChatSession.objects.filter(owner=alice).count() == 3
 
     page.once("dialog", lambda dialog: dialog.accept())
