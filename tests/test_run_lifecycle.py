@@ -174,7 +174,9 @@ class TestQueue(EngineTestMixin, TransactionTestCase):
         assert (output.status, output.content, output.run_id) == ("completed", "Answered after the restart.",
                                                                    orphan.run_id)
         assert self.sent_pairs() == [("user", "sent before the restart")]
-        assert Run.objects.values_list("pk", "status").get() == (orphan.pk, RunStatus.COMPLETED)
+        # Stored with the model that answered it (a message queued for later names none).
+        assert Run.objects.values_list("pk", "status", "model_id").get() == (orphan.pk, RunStatus.COMPLETED,
+                                                                           self.model.id)
         assert lifecycle.orphans(session.pk) == []
 
     def test_a_queued_run_whose_process_is_alive_is_not_taken_over(self):

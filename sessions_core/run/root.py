@@ -256,7 +256,7 @@ class RootRun(BaseRun):
                 self.input = self.output.input = self.raw_input = target.input
         start, first = self._opening(session, state_text, version)
         first.append(ChatMessage(role=Role.USER, content=self.input))
-        fields = {"follows_id": follows, "input": self.input,
+        fields = {"follows_id": follows, "input": self.input, "model_id": self.model.id if self.model else "",
                   "history_seqs": [m.seq for m in start.history] if config.store_history_messages else None}
         if self.queued_pk is not None:
             if not lifecycle.start_queued(self.queued_pk, alias, now, **fields):
