@@ -92,24 +92,30 @@ def check_owner(session_id: str, owner_id: int | None, owner_name: str | None, u
         raise SessionOwnershipError(session_id, user_label(user_ref))
 
 
-def owned_session(session_id: str, user_ref, alias: str, *, lock: bool = False,
-                  must_exist: bool = True) -> ChatSession | None:
+def owned_session(session_id: str, user_ref, alias: str, *, lock: bool = False, must_exist: bool = True,
+                  only: tuple[str, ...] = ()) -> ChatSession | None:
     """The session, if `user_ref` may touch it; SessionOwnershipError if it is someone else's.
 
     A session that does not exist raises SessionNotFoundError (or is None with must_exist=False).
-    Blocking: call it in a database thread. `lock` takes the row lock (inside a transaction)."""
-    if user_ref not in (None, "") and not _is_user(user_ref):
+    Blocking: call it in a database thread. `lock` takes the row lock (inside a transaction); `only`
+    loads just those fields (and the owner's) now, as `QuerySet.only`."""
+    by_name = user_ref not in (None, "") and not _is_user(user_ref)
+    if by_name:
         _valid_user_name(user_ref)
-    queryset = ChatSession.objects.using(alias).filter(session_id=session_id).select_related("owner")
+    queryset = ChatSession.objects.using(alias).filter(session_id=session_id)
+    if by_name:  # the check compares the owner's username
+        queryset = queryset.select_related("owner")
     if lock:
         queryset = queryset.select_for_update(of=("self",))
-    session = queryset.first()
+    if only:
+        queryset = queryset.only("owner_id", *only, *(["owner__username"] if by_name else []))
+    session = next(iter(queryset), None)  # session_id is unique
     if session is None:
         if must_exist:
             raise SessionNotFoundError(session_id)
         return None
-    owner = session.owner if session.owner_id is not None else None
-    check_owner(session_id, session.owner_id, user_label(owner), user_ref)
+    owner_name = session.owner.get_username() if by_name and session.owner_id is not None else None
+    check_owner(session_id, session.owner_id, owner_name, user_ref)
     return session
 
 
