@@ -7,6 +7,8 @@ is read or written, and an ownerless session is never claimed by a later caller 
 
 `may_touch` is the decision; `owned_session` (accessors, history, summaries, export) and the run's
 start step (on the row `run_sql` reads) both ask it. `sessions_of` lists what a user may see.
+A user's memories are scoped the same way: `memory_owner` names whose they are, and every read and
+write of them goes through `UserMemoryRecord.objects.for_user` (user_memories/store.py).
 """
 
 from __future__ import annotations
@@ -111,6 +113,13 @@ def owned_session(session_id: str, user_ref, alias: str, *, lock: bool = False,
     owner = session.owner if session.owner_id is not None else None
     check_owner(session_id, session.owner_id, user_label(owner), user_ref)
     return session
+
+
+def memory_owner(user_ref, alias: str, create: bool = False):
+    """Whose memories `user_ref` (a username, a User or None) reads and changes: the saved user, or None
+    (no user, or a name no user has yet) whose memories are none. A run creates its user (`create`)."""
+    user = resolve_user(user_ref, alias, create=create)
+    return user if user is not None and user.pk is not None else None
 
 
 def sessions_of(user_ref, alias: str):

@@ -1,0 +1,31 @@
+"""Scripting the memory manager's model call on the local test server."""
+
+from __future__ import annotations
+
+from tests.llm_server import Text, ToolCalls
+
+
+def is_memory_request(body: dict) -> bool:
+    messages = body.get("messages") or [{}]
+    return (messages[0].get("content") or "").startswith("You are a Memory Manager")
+
+
+def memory_responder(calls_for):
+    """A side responder: a memory manager request is answered with the tool calls `calls_for(user text,
+    system prompt)` returns (none: a plain "No change."), then "Done." once the tool results are in.
+    Every other request is left to the queue."""
+
+    def respond(body: dict):
+        if not is_memory_request(body):
+            return None
+        messages = body["messages"]
+        if messages[-1]["role"] == "tool":
+            return Text("Done.")
+        calls = calls_for(messages[-1]["content"], messages[0]["content"])
+        return ToolCalls(calls) if calls else Text("No change.")
+
+    return respond
+
+
+def memory_requests(llm_server) -> list[dict]:
+    return [body for body in llm_server.requests if is_memory_request(body)]
