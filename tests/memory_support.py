@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from tests.llm_server import Text, ToolCalls
+import threading
+from dataclasses import dataclass
+
+from tests.llm_server import HOLD_LIMIT, Text, ToolCalls
+
+
+@dataclass
+class HeldToolCalls(ToolCalls):
+    """Tool calls sent once `event` is set (a request answered later, without holding the server)."""
+
+    event: threading.Event | None = None
+
+    def serve(self, handler, body: dict) -> None:
+        self.event.wait(HOLD_LIMIT)
+        super().serve(handler, body)
 
 
 def is_memory_request(body: dict) -> bool:
