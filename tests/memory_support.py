@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from tests.llm_server import HOLD_LIMIT, Text, ToolCalls
+from tests.llm_server import HOLD_LIMIT, Text, ToolCalls, is_memory_request
 
 
 @dataclass
@@ -17,11 +17,6 @@ class HeldToolCalls(ToolCalls):
     def serve(self, handler, body: dict) -> None:
         self.event.wait(HOLD_LIMIT)
         super().serve(handler, body)
-
-
-def is_memory_request(body: dict) -> bool:
-    messages = body.get("messages") or [{}]
-    return (messages[0].get("content") or "").startswith("You are a Memory Manager")
 
 
 def memory_responder(calls_for):

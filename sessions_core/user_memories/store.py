@@ -219,3 +219,11 @@ def set_memories_enabled(owner, enabled: bool, alias: str) -> None:
         UserMemoryOptOut.objects.using(alias).filter(user_id=owner.pk).delete()
     else:
         UserMemoryOptOut.objects.using(alias).get_or_create(user=owner)
+
+
+def histories(owner, memory_ids: list[str], alias: str) -> dict[str, list[MemoryChange]]:
+    """The history of each of the user's memories named, in one query: {memory id: changes, oldest first}."""
+    found: dict[str, list[MemoryChange]] = {}
+    for row in _changes(owner, alias).filter(memory_id__in=[str(memory_id) for memory_id in memory_ids]):
+        found.setdefault(row.memory_id, []).append(_change(row))
+    return found
