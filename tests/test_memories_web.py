@@ -163,3 +163,75 @@ class TestRememberedLive(LiveTestMixin, TransactionTestCase):
         run = await Run.objects.aget(session=session)
         assert [m.run_id for m in await sync_to_async(store.list_memories)(alice, "default")] == [run.run_id]
         await socket.disconnect()
+
+
+# -- admin --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def admin_client(client):
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_superuser("root", "root@example.com", "pw-root-123")
+    client.login(username="root", password="pw-root-123")
+    return client
+
+
+def test_the_admin_shows_memories_and_their_history_read_only_and_records_each_look(admin_client):
+    from sessions_core.models import AdminAccess
+
+    ana = make_user("ana", "pw-ana-123")
+    memory = remember(ana, "The user lives in Lyon", ["home"])
+    store.update_memory(ana, memory.memory_id, "The user lives in Paris", None, "default", source=store.Source.USER)
+    row = UserMemoryRecord.objects.get(memory_id=memory.memory_id)
+    listing = admin_client.get(reverse("admin:sessions_core_usermemoryrecord_changelist"), {"q": "ana"})
+    assert listing.status_code == 200 and "The user lives in Paris" in listing.content.decode()
+    page = admin_client.get(reverse("admin:sessions_core_usermemoryrecord_change", args=[row.pk])).content.decode()
+    assert "updated by user: The user lives in Paris (was: The user lives in Lyon)" in page
+    assert [(a.session_label, a.view) for a in AdminAccess.objects.order_by("id")] == [
+        ("memories: ana", "user memory records list"), ("memories: ana", f"user memory record {memory.memory_id}")]
+    assert admin_client.post(reverse("admin:sessions_core_usermemoryrecord_change", args=[row.pk]),
+                             {"memory": "Taken"}).status_code == 403
+    assert admin_client.get(reverse("admin:sessions_core_usermemoryrecord_add")).status_code == 403
+    assert admin_client.get(reverse("admin:sessions_core_usermemorychange_changelist")).status_code == 200
+    assert UserMemoryRecord.objects.get(pk=row.pk).memory == "The user lives in Paris"
+
+
+def test_the_memory_admin_is_for_staff_only(client, alice):
+    assert client.get(reverse("admin:sessions_core_usermemoryrecord_changelist")).status_code == 302
+
+
+# -- export and import --------------------------------------------------------------------------------
+
+
+def test_the_whole_account_export_carries_the_memories_and_their_history_and_import_restores_them(client, alice):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from tests.test_export import download
+
+    session = make_session(alice, component_id="general", name="Chat")
+    run = make_run(session, "I live in Lyon", "Noted.")
+    lyon = remember(alice, "The user lives in Lyon", ["home"], run=run)
+    store.update_memory(alice, lyon.memory_id, "The user lives in Paris", None, "default", source=store.Source.USER)
+    remember(alice, "The user likes jazz", ["music"])
+    remember(make_user("bob", "pw-bob-123"), "Bob likes tea")
+    _, body = download(alice, reverse("chat:export_all"))
+    data = json.loads(body)
+    assert [(m["memory"], m["topics"]) for m in data["memories"]] == [
+        ("The user lives in Paris", ["home"]), ("The user likes jazz", ["music"])]
+    assert [(c["action"], c["previous"]) for c in data["memories"][0]["history"]] == [
+        ("added", ""), ("updated", "The user lives in Lyon")]
+    assert data["memories"][0]["history"][0]["run_id"] == run.run_id
+
+    carol = make_user("carol", "pw-carol-123")
+    remember(carol, "The user likes jazz")
+    client.force_login(carol)
+    upload = SimpleUploadedFile("chats.json", body.encode(), content_type="application/json")
+    page = client.post(reverse("chat:import"), {"file": upload}, follow=True).content.decode()
+    assert "Imported 1 chat and 1 memory." in page
+    restored = store.list_memories(carol, "default")
+    # Oldest first: the imported one keeps the time it was first learnt.
+    assert [(m.memory, m.topics) for m in restored] == [("The user lives in Paris", ["home"]), ("The user likes jazz", [])]
+    assert restored[0].created_at.isoformat() == data["memories"][0]["created_at"]
+    assert [c.source for c in store.memory_history(carol, restored[0].memory_id, "default")] == ["import"]
+    assert len(store.list_memories(alice, "default")) == 2  # the exporter's are untouched
