@@ -257,13 +257,8 @@ def record_memory_access(request, label: str, view: str) -> None:
                                session_label=label[:128], view=view[:100])
 
 
-class MemoriesReadOnly(admin.ModelAdmin):
-    """A user's memories and their history: shown, never added, edited or deleted here (the user does that
-    on their Memories page); every list and page shown is recorded."""
-
-    list_select_related = ["user", "run__session"]
-    search_fields = ["user__username", "memory"]
-    show_full_result_count = False
+class ReadOnly:
+    """A ModelAdmin that only shows: nothing is added, edited or deleted through it."""
 
     def has_add_permission(self, request):
         return False
@@ -273,6 +268,15 @@ class MemoriesReadOnly(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class MemoriesReadOnly(ReadOnly, admin.ModelAdmin):
+    """A user's memories and their history: shown, never added, edited or deleted here (the user does that
+    on their Memories page); every list and page shown is recorded."""
+
+    list_select_related = ["user", "run__session"]
+    search_fields = ["user__username", "memory"]
+    show_full_result_count = False
 
     def changelist_view(self, request, extra_context=None):
         if request.method == "GET":
@@ -318,7 +322,7 @@ class UserMemoryChangeAdmin(MemoriesReadOnly):
 
 
 @admin.register(AdminAccess)
-class AdminAccessAdmin(admin.ModelAdmin):
+class AdminAccessAdmin(ReadOnly, admin.ModelAdmin):
     """The record of who read which conversation: read-only here, so nobody tidies it from the admin."""
 
     list_display = ["at", "viewer_name", "session_label", "view"]
@@ -326,12 +330,3 @@ class AdminAccessAdmin(admin.ModelAdmin):
     search_fields = ["viewer_name", "session_label", "view"]
     date_hierarchy = "at"
     show_full_result_count = False
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
