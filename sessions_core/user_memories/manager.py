@@ -115,7 +115,8 @@ class MemoryManager(MemoryAccessors):
             names.append("clear_memory")
         return names
 
-    def system_prompt(self, existing: list[UserMemory], tool_names: list[str]) -> str:
+    def system_prompt(self, existing: list[tuple[str, str]], tool_names: list[str]) -> str:
+        """The manager's instructions, with the user's memories as (id, text)."""
         if self.system_message is not None:
             return self.system_message
         capture = self.memory_capture_instructions or DEFAULT_CAPTURE
@@ -131,7 +132,7 @@ class MemoryManager(MemoryAccessors):
             "You can use these tools: " + ", ".join(tool_names) + ". You can call multiple tools.",
         ]
         if existing:
-            listed = "\n".join(f"ID: {memory.memory_id}\nMemory: {memory.memory}" for memory in existing)
+            listed = "\n".join(f"ID: {memory_id}\nMemory: {text}" for memory_id, text in existing)
             lines.append(f"<existing_memories>\n{listed}\n</existing_memories>")
         if self.additional_instructions:
             lines.append(self.additional_instructions)
@@ -143,7 +144,7 @@ class MemoryManager(MemoryAccessors):
         """Ask the model about `message` with the user's memories; run its tool calls (scoped to the user)
         until it answers in text. Raises ModelError when the model fails."""
         names = self.tool_names(agentic)
-        existing = await call_sync(store.list_memories, scope.owner, scope.alias)
+        existing = await call_sync(store.memory_ids_and_texts, scope.owner, scope.alias)
         messages = [{"role": "system", "content": self.system_prompt(existing, names)},
                     {"role": "user", "content": message}]
         tools = [TOOLS[name] for name in names]

@@ -67,6 +67,13 @@ def list_memories(owner, alias: str, search: str | None = None, limit: int | Non
     return [UserMemory.from_row(row, _label(owner)) for row in rows]
 
 
+def memory_ids_and_texts(owner, alias: str) -> list[tuple[str, str]]:
+    """(id, text) of each of the user's memories, oldest first: what the manager's prompt lists."""
+    if owner is None:
+        return []
+    return list(UserMemoryRecord.objects.using(alias).for_user(owner).values_list("memory_id", "memory"))
+
+
 def memory_texts(owner, alias: str) -> list[str]:
     """Only the texts, oldest first (what a model's context shows)."""
     if owner is None:
