@@ -138,7 +138,7 @@ class Agent(Component):
         self.enable_agentic_memory = enable_agentic_memory
         memories_on = update_memory_on_run or enable_agentic_memory or memory_manager is not None
         if memories_on and memory_manager is None:
-            from .user_memories import MemoryManager
+            from .user_memories.manager import MemoryManager
 
             memory_manager = MemoryManager()
         self.memory_manager = memory_manager

@@ -2,10 +2,6 @@
 
 record.py (UserMemory), store.py (rows and their history, scoped to one user), manager.py (MemoryManager:
 the model call and its tools), accessors.py (the accessors with async twins), context.py (the memories in
-a system message), run_work.py (the work after a run, and the agentic tool).
+a system message), run_work.py (the work after a run, and the agentic tool). The package imports none of
+them: `from sessions_core import MemoryManager, UserMemory` names the public classes.
 """
-
-from .manager import MemoryManager
-from .record import UserMemory
-
-__all__ = ["MemoryManager", "UserMemory"]
