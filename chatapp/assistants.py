@@ -38,6 +38,14 @@ class Assistant:
     name: str
     description: str
     build: Callable[[], Component]
+    uses_memories: bool = False  # learns about the user and uses what it learnt (the user may turn it off)
+
+    @property
+    def described(self) -> str:
+        """The description the picker shows, saying whether it uses the user's memories."""
+        if self.uses_memories:
+            return f"{self.description} Remembers what you tell it about yourself (see Memories)."
+        return self.description
 
 
 SUMMARY_RUNS = 6  # the general assistant's summary: these last runs, and the summary before them
@@ -51,7 +59,7 @@ def _general() -> Agent:
         # The summary is made after every reply: from the last runs and the summary so far, so its request
         # (and its cost) stays the same however long the chat grows.
         session_summary_manager=SessionSummaryManager(last_n_runs=SUMMARY_RUNS, include_previous_summary=True),
-        search_past_sessions=True,
+        search_past_sessions=True, update_memory_on_run=True,
     )
 
 
@@ -62,7 +70,7 @@ def _shopping() -> Agent:
                       "never claim a change you did not make with a tool."),
         tools=[add_item, remove_item, list_items, clear_list],
         session_state={"shopping_list": []}, add_session_state_to_context=True,
-        add_history_to_context=True, num_history_runs=3,
+        add_history_to_context=True, num_history_runs=3, update_memory_on_run=True,
     )
 
 
@@ -152,9 +160,9 @@ ASSISTANTS: dict[str, Assistant] = {
     for assistant in (
         Assistant("general", "General assistant",
                   "Answers questions, keeps a summary of the conversation and can look up your earlier chats with it.",
-                  _general),
+                  _general, uses_memories=True),
         Assistant("shopping", "Shopping list", "Keeps a shopping list with add, remove, list and clear tools.",
-                  _shopping),
+                  _shopping, uses_memories=True),
         Assistant("notes", "Notes and list", "Keeps notes and a list by editing its own state (agentic state).",
                   _notes),
         Assistant("shopping-workflow", "Shopping workflow",

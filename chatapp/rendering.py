@@ -28,7 +28,7 @@ from sessions_core.models import ChatSession, Message, Role, Run, StateChange
 from sessions_core.summary import SessionSummary
 from sessions_core.tools import DELEGATE_TOOL  # a team's delegations are shown as member rows, not tool calls
 
-from . import state_view
+from . import memories, state_view
 from .assistants import assistant_defaults, assistant_name
 from .sidebar import sidebar_page
 
@@ -254,6 +254,16 @@ class RunView:
         return self.run.metrics or {}
 
     @property
+    def memory_lines(self) -> list[str]:
+        """What the reply remembered or forgot (memories.attach put its changes on the run)."""
+        return memories.lines(getattr(self.run, "memory_changes", []))
+
+    @property
+    def memories_undone(self) -> bool:
+        changes = getattr(self.run, "memory_changes", [])
+        return bool(changes) and all(change.undone_at for change in changes)
+
+    @property
     def usage(self) -> Usage:
         """The models and tokens of the turn: the run's own, with its steps' (or members') added."""
         steps = _tree(self.steps)
@@ -391,6 +401,7 @@ def stored_run(**lookup) -> Run:
 def render_transcript(session: ChatSession) -> str:
     """The whole transcript (its last page), replacing #transcript's content in every tab."""
     runs = transcript_runs(session)
+    memories.attach(runs, session.owner_id)
     html = render_to_string("chatapp/_transcript_runs.html", {
         "session": session, "runs": runs, "run_views": [run_view(run) for run in runs]})
     return render_oob(html, "innerHTML:#transcript")

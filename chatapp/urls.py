@@ -34,6 +34,13 @@ chat_patterns = [
     path("s/<sid:session_id>/state/v<int:version>/", views.state_version_hx, name="state_version_hx"),
     path("search/", views.search_hx, name="search_hx"),
     path("fork/", views.fork, name="fork"),
+    path("memories/", views.memories_page, name="memories"),
+    path("memories/add/", views.memory_add, name="memory_add"),
+    path("memories/forget/", views.memories_forget, name="memories_forget"),
+    path("memories/setting/", views.memories_setting, name="memories_setting"),
+    path("memories/<str:memory_id>/edit/", views.memory_edit, name="memory_edit"),
+    path("memories/<str:memory_id>/delete/", views.memory_delete, name="memory_delete"),
+    path("runs/<str:run_id>/memories/undo/", views.memory_undo, name="memory_undo"),
 ]
 
 class FaviconRedirect(RedirectView):

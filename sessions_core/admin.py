@@ -1,6 +1,7 @@
 """Admin: browse every session, its transcript (paginated by seq, never one giant inline), its state timeline,
-and what the model calls cost: tokens per session, and per user over the last days. Every page that shows
-a conversation's content or state records who looked (AdminAccess), in a list nobody can edit here."""
+and what the model calls cost: tokens per session, and per user over the last days; and each user's memories
+with their history, read-only. Every page that shows a conversation's content or state, or a user's
+memories, records who looked (AdminAccess), in a list nobody can edit here."""
 
 import json
 from datetime import timedelta
@@ -14,7 +15,8 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from .models import OPEN_STATUSES, USAGE_SUMS, AdminAccess, ChatSession, Message, Run, StateChange
+from .models import (OPEN_STATUSES, USAGE_SUMS, AdminAccess, ChatSession, Message, Run, StateChange, UserMemoryChange,
+                     UserMemoryRecord)
 from .component import Component
 
 TRANSCRIPT_PAGE = 50
@@ -249,15 +251,14 @@ class StateChangeAdmin(WrittenByTheEngine):
         return change.session, f"state change v{change.version}"
 
 
-@admin.register(AdminAccess)
-class AdminAccessAdmin(admin.ModelAdmin):
-    """The record of who read which conversation: read-only here, so nobody tidies it from the admin."""
+def record_memory_access(request, label: str, view: str) -> None:
+    """Note that the requesting admin was shown `view` of a user's memories (no session: `label` names them)."""
+    AdminAccess.objects.create(viewer=request.user, viewer_name=request.user.get_username(), session=None,
+                               session_label=label[:128], view=view[:100])
 
-    list_display = ["at", "viewer_name", "session_label", "view"]
-    list_filter = ["viewer_name"]
-    search_fields = ["viewer_name", "session_label", "view"]
-    date_hierarchy = "at"
-    show_full_result_count = False
+
+class ReadOnly:
+    """A ModelAdmin that only shows: nothing is added, edited or deleted through it."""
 
     def has_add_permission(self, request):
         return False
@@ -267,3 +268,65 @@ class AdminAccessAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class MemoriesReadOnly(ReadOnly, admin.ModelAdmin):
+    """A user's memories and their history: shown, never added, edited or deleted here (the user does that
+    on their Memories page); every list and page shown is recorded."""
+
+    list_select_related = ["user", "run__session"]
+    search_fields = ["user__username", "memory"]
+    show_full_result_count = False
+
+    def changelist_view(self, request, extra_context=None):
+        if request.method == "GET":
+            label = request.GET.get("q") or "all users"
+            record_memory_access(request, f"memories: {label}", f"{self.model._meta.verbose_name_plural} list")
+        return super().changelist_view(request, extra_context)
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None and request.method == "GET":
+            record_memory_access(request, f"memories: {obj.user.get_username()}",
+                                 f"{self.model._meta.verbose_name} {obj.memory_id}")
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
+
+    @admin.display(description="from run")
+    def source_run(self, obj):
+        if obj.run_id is None:
+            return "-"
+        return format_html('<a href="{}">{}</a> in {}', reverse("admin:sessions_core_run_change", args=[obj.run_id]),
+                           obj.run.run_id, obj.run.session.session_id)
+
+
+@admin.register(UserMemoryRecord)
+class UserMemoryAdmin(MemoriesReadOnly):
+    list_display = ["memory", "user", "topics", "source_run", "created_at", "updated_at"]
+    fields = ["memory_id", "user", "memory", "topics", "input", "agent_id", "team_id", "source_run", "created_at",
+              "updated_at", "history"]
+    readonly_fields = fields
+
+    @admin.display(description="history")
+    def history(self, memory):
+        changes = UserMemoryChange.objects.for_user(memory.user_id).filter(memory_id=memory.memory_id)
+        rows = format_html_join("", "<li>{} · {} by {}: {}{}</li>", (
+            (change.created_at, change.action, change.source, change.memory,
+             f" (was: {change.previous})" if change.previous else "") for change in changes))
+        return format_html("<ol>{}</ol>", rows) if changes else "-"
+
+
+@admin.register(UserMemoryChange)
+class UserMemoryChangeAdmin(MemoriesReadOnly):
+    list_display = ["memory_id", "user", "action", "memory", "previous", "source", "source_run", "created_at"]
+    list_filter = ["action", "source"]
+    search_fields = ["user__username", "memory_id", "memory"]
+
+
+@admin.register(AdminAccess)
+class AdminAccessAdmin(ReadOnly, admin.ModelAdmin):
+    """The record of who read which conversation: read-only here, so nobody tidies it from the admin."""
+
+    list_display = ["at", "viewer_name", "session_label", "view"]
+    list_filter = ["viewer_name"]
+    search_fields = ["viewer_name", "session_label", "view"]
+    date_hierarchy = "at"
+    show_full_result_count = False

@@ -79,6 +79,11 @@ class Agent(Component):
         search_past_sessions: bool = False,
         num_past_sessions_to_search: int | None = None,
         num_past_session_runs_in_search: int | None = None,
+        memory_manager=None,
+        update_memory_on_run: bool = False,
+        enable_user_memories: bool | None = None,
+        enable_agentic_memory: bool = False,
+        add_memories_to_context: bool | None = None,
     ):
         self.name = name
         self.model = model
@@ -127,6 +132,17 @@ class Agent(Component):
         self.search_past_sessions = search_past_sessions
         self.num_past_sessions_to_search = num_past_sessions_to_search or 20
         self.num_past_session_runs_in_search = num_past_session_runs_in_search or 3
+        if enable_user_memories is not None:  # Agno 2's name, accepted as an alias
+            update_memory_on_run = enable_user_memories
+        self.update_memory_on_run = update_memory_on_run
+        self.enable_agentic_memory = enable_agentic_memory
+        memories_on = update_memory_on_run or enable_agentic_memory or memory_manager is not None
+        if memories_on and memory_manager is None:
+            from .user_memories.manager import MemoryManager
+
+            memory_manager = MemoryManager()
+        self.memory_manager = memory_manager
+        self.add_memories_to_context = memories_on if add_memories_to_context is None else add_memories_to_context
         self._functions: dict[str, Function] | None = None
 
     def __repr__(self) -> str:
@@ -149,6 +165,10 @@ class Agent(Component):
                 from .past_sessions import PAST_SESSION_TOOLS
 
                 tools.extend(PAST_SESSION_TOOLS)
+            if self.enable_agentic_memory:
+                from .user_memories.run_work import update_user_memory_tool
+
+                tools.append(update_user_memory_tool)
             self._functions = collect_functions(tools)
         return self._functions
 
@@ -170,7 +190,9 @@ class Agent(Component):
             overwrite_db_session_state=self.overwrite_db_session_state, introduction=self.introduction,
             store_history_messages=self.store_history_messages, store_tool_messages=self.store_tool_messages,
             session_metadata=self.metadata, enable_session_summaries=self.enable_session_summaries,
-            session_summary_manager=self.session_summary_manager,
+            session_summary_manager=self.session_summary_manager, memory_manager=self.memory_manager,
+            update_memory_on_run=self.update_memory_on_run, enable_agentic_memory=self.enable_agentic_memory,
+            add_memories_to_context=self.add_memories_to_context,
         )
 
     def _make_loop(self, config: RunConfig, input, *, session_id, user, session_state, run_id, branch=None) -> RootRun:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any, ClassVar
 
 from .accessors import SessionAccessors
+from .user_memories.accessors import MemoryAccessors
 from .bridge import call_sync, iterate_sync, run_sync
 from .config import RunConfig
 from .events import RunEvent
@@ -34,7 +35,7 @@ _ENDED_BADLY = _ERRORS | {RunEvent.run_cancelled, RunEvent.team_run_cancelled, R
 _WAITING = frozenset({RunEvent.run_paused, RunEvent.run_continued})
 
 
-class Component(SessionAccessors):
+class Component(SessionAccessors, MemoryAccessors):
     """A thing a user runs turns against in a session: it makes RunConfigs and run loops."""
 
     kind: ClassVar[str] = "agent"

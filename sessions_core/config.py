@@ -55,6 +55,11 @@ class RunConfig:
     # after the run
     enable_session_summaries: bool = False
     session_summary_manager: Any = None
+    # user memories (user_memories/): made after the run, by the model's tool, shown in the system message
+    memory_manager: Any = None
+    update_memory_on_run: bool = False
+    enable_agentic_memory: bool = False
+    add_memories_to_context: bool = False
     # events
     stream_events: bool = False
     # what happens between the run's start and its finish: None is the model loop (an agent's or a

@@ -60,3 +60,11 @@ class Cancelled(Exception):
 
 class RunFailed(Exception):
     """A run failed for the reason its message gives (a workflow step, a function step's own failure)."""
+
+
+class UserMemoryNotFoundError(LookupError):
+    """No memory of this user has that id (another user's memory id is not found either)."""
+
+    def __init__(self, memory_id: str):
+        self.memory_id = memory_id
+        super().__init__(f"Memory not found: {memory_id}")

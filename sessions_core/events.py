@@ -33,6 +33,8 @@ class RunEvent(str, Enum):
     run_continued = "RunContinued"
     session_summary_started = "SessionSummaryStarted"
     session_summary_completed = "SessionSummaryCompleted"
+    memory_update_started = "MemoryUpdateStarted"
+    memory_update_completed = "MemoryUpdateCompleted"
     # teams
     team_run_started = "TeamRunStarted"
     team_run_content = "TeamRunContent"
@@ -204,6 +206,22 @@ class SessionSummaryStartedEvent(BaseRunEvent):
 class SessionSummaryCompletedEvent(BaseRunEvent):
     event = RunEvent.session_summary_completed
     session_summary: dict | None = None
+
+
+@dataclass(kw_only=True)
+class MemoryUpdateStartedEvent(BaseRunEvent):
+    event = RunEvent.memory_update_started
+
+
+@dataclass(kw_only=True)
+class MemoryUpdateCompletedEvent(BaseRunEvent):
+    """The memory work after the reply: the memories added or changed (`UserMemory`), the ids deleted,
+    and `error` when it failed (the reply stands)."""
+
+    event = RunEvent.memory_update_completed
+    memories: list = field(default_factory=list)
+    deleted: list = field(default_factory=list)
+    error: str = ""
 
 
 # --- teams: the team's own run, named as in Agno ------------------------------------------------------

@@ -5,6 +5,9 @@ and the JSON back again as new sessions of a user.
     for part in export_markdown(session): ...
     sessions = import_json(data, user)  # raises ImportRefused, having written nothing
 
+A whole-account export (`export_all_json` given the user's memories) carries the user's memories too, each
+with its history, and its import restores them (`sessions.memories` counts those added).
+
 Both stream: the runs are read in batches with their messages, so a session of 10,000 runs costs the
 memory and the queries of a batch at a time, never of the whole session. The caller has checked that
 the session is the user's (`ChatSession.objects.for_user`). System prompts are left out: they are the
@@ -107,15 +110,32 @@ def export_json(session: ChatSession) -> Iterator[str]:
     yield "]}"
 
 
-def export_all_json(sessions: Iterable[ChatSession], username: str, now: datetime) -> Iterator[str]:
-    """Several sessions (a user's) as one JSON object: `{"user", "exported_at", "sessions": [...]}`."""
+def export_all_json(sessions: Iterable[ChatSession], username: str, now: datetime, user=None) -> Iterator[str]:
+    """Several sessions (a user's) as one JSON object: `{"user", "exported_at", "sessions": [...]}`; given
+    the `user`, their memories follow (`"memories": [...]`, each with its `history`)."""
     yield json.dumps({"format": "sessions_core.export", "version": FORMAT_VERSION, "user": username,
                       "exported_at": now.isoformat()}, ensure_ascii=False)[:-1] + ', "sessions": ['
     for number, session in enumerate(sessions):
         if number:
             yield ","
         yield from export_json(session)
-    yield "]}"
+    if user is None:
+        yield "]}"
+        return
+    yield '], "memories": ' + json.dumps(_memories(user), ensure_ascii=False) + "}"
+
+
+def _memories(user) -> list[dict]:
+    """The user's memories, oldest first, each with its history (two queries)."""
+    from .user_memories import store as memory_store
+
+    listed = memory_store.list_memories(user, "default")
+    history = memory_store.histories(user, [memory.memory_id for memory in listed], "default")
+    return [{**{key: value for key, value in memory.to_dict().items() if key != "user_id"},
+             "history": [{"action": change.action, "memory": change.memory, "previous": change.previous,
+                          "source": change.source, "run_id": change.run_id, "created_at": _time(change.created_at)}
+                         for change in history.get(memory.memory_id, [])]}
+            for memory in listed]
 
 
 def export_markdown(session: ChatSession, assistant_name: str = "") -> Iterator[str]:
@@ -223,10 +243,24 @@ class _SessionIn(pydantic.BaseModel):
     runs: list[_RunIn] = []
 
 
+class _MemoryIn(pydantic.BaseModel):
+    memory: str
+    topics: list[str] = []
+    input: str | None = None
+    created_at: datetime | None = None
+
+
 class _ExportIn(pydantic.BaseModel):
     format: Literal["sessions_core.export"]
     version: Literal[1]
     sessions: list[_SessionIn]
+    memories: list[_MemoryIn] = []
+
+
+class Imported(list):
+    """The sessions an import made, and how many memories it added (`memories`)."""
+
+    memories = 0
 
 
 _DOCUMENT = pydantic.TypeAdapter(Annotated[_ExportIn | _SessionIn, pydantic.Field(discriminator="format")])
@@ -256,7 +290,31 @@ def import_json(data: bytes | str, user) -> list[ChatSession]:
         raise ImportRefused(f"Not a chat export this app wrote: {where}: {error['msg']}.") from None
     sessions = document.sessions if isinstance(document, _ExportIn) else [document]
     with transaction.atomic():
-        return [_import_session(session, user) for session in sessions]
+        imported = Imported(_import_session(session, user) for session in sessions)
+        if isinstance(document, _ExportIn):
+            imported.memories = _import_memories(document.memories, user)
+    return imported
+
+
+def _import_memories(memories: list[_MemoryIn], user) -> int:
+    """The memories of the document the user does not have yet (the same text counts as had), each added
+    with its topics and the time it was first learnt, and recorded as imported. How many were added."""
+    from .user_memories import store as memory_store
+
+    had = {memory.memory for memory in memory_store.list_memories(user, "default")}
+    added = 0
+    for memory in memories:
+        text = storable(memory.memory).strip()
+        if not text or text in had:
+            continue
+        try:
+            memory_store.add_memory(user, text, memory.topics, "default", source=memory_store.Source.IMPORT,
+                                    input=storable(memory.input or ""), created_at=_aware(memory.created_at))
+        except ValueError as exc:
+            raise ImportRefused(f"The memory “{text[:60]}”: {exc}") from None
+        had.add(text)
+        added += 1
+    return added
 
 
 def _refuse_constant(name: str):

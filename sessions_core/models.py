@@ -333,3 +333,78 @@ class AdminAccess(models.Model):
 
     def __str__(self) -> str:
         return f"{self.viewer_name} read {self.view} of {self.session_label}"
+
+
+class UserMemoryQuerySet(models.QuerySet):
+    def for_user(self, user):
+        """The one owner-scoped entry point of memories: those of `user`, a saved User or a user's pk.
+        No user (or an unsaved one) has none: memories are never shared."""
+        if isinstance(user, int):
+            return self.filter(user_id=user)
+        if user is None or user.pk is None:
+            return self.none()
+        return self.filter(user_id=user.pk)
+
+
+class UserMemoryRecord(models.Model):
+    """One fact about a user that outlives sessions (the public form is `user_memories.UserMemory`)."""
+
+    memory_id = models.CharField(max_length=64, unique=True, default=new_id)
+    # No index of its own: usermemory_user_idx starts with it.
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False)
+    memory = models.TextField()
+    topics = models.JSONField(default=list, blank=True)
+    input = models.TextField(blank=True, help_text="The user message (or agentic task) it was made from.")
+    agent_id = models.CharField(max_length=128, blank=True)
+    team_id = models.CharField(max_length=128, blank=True)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                            help_text="The run that made or last changed it (none: the user's own edit).")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    objects = UserMemoryQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "created_at", "id"], name="usermemory_user_idx")]
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return self.memory[:80]
+
+
+class MemoryAction(models.TextChoices):
+    ADDED = "added"
+    UPDATED = "updated"
+    DELETED = "deleted"
+
+
+class UserMemoryChange(models.Model):
+    """One change of a user's memory, kept after the memory is deleted: its history."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False)
+    memory_id = models.CharField(max_length=64)
+    action = models.CharField(max_length=16, choices=MemoryAction.choices)
+    memory = models.TextField(blank=True, help_text="The text after the change (deleted: the text it had).")
+    previous = models.TextField(blank=True, help_text="The text before an update.")
+    topics = models.JSONField(default=list, blank=True)
+    previous_topics = models.JSONField(default=list, blank=True)
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source = models.CharField(max_length=32, help_text="run, agentic, user, undo, import.")
+    created_at = models.DateTimeField(default=timezone.now)
+    undone_at = models.DateTimeField(null=True, blank=True, help_text="A run's change its user undid (then).")
+
+    objects = UserMemoryQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "memory_id", "id"], name="memorychange_memory_idx")]
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.memory_id} by {self.source}"
+
+
+class UserMemoryOptOut(models.Model):
+    """A user who turned memories off: nothing is learnt about them and none is shown to a model."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)

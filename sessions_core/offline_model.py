@@ -13,6 +13,8 @@ role) and reports the member's reply. Under a JSON schema it answers with JSON t
 schema, filled from the user's words where it can.
 Summaries and titles come from the transcript in the prompt.
 
+User memories (facts learnt, used, forgotten) are offline_memory.py's, which `_plan_turn` asks first.
+
 Sections: shopping-list requests, the toolbox (tools on offer sorted into roles), the turn's plan,
 past sessions, team delegation, task tools, the report of tool results, structured output,
 summaries and titles.
@@ -27,6 +29,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from . import offline_memory
 from .model_api import Model, ModelChunk, ToolCall
 from .tools import DELEGATE_TOOL
 
@@ -280,6 +283,8 @@ def _plan_turn(messages: list[dict], tools: list[dict]) -> tuple[str, list[tuple
     """Decide the offline model's reply: (text, [(tool name, arguments), ...])."""
     said = _last_user_text(messages)
     names = {tool.get("function", {}).get("name") for tool in tools}
+    if (remembered := offline_memory.plan(messages, said, names)) is not None:
+        return remembered
     if "search_past_sessions" in names:
         memory = _plan_memory(messages, said)
         if memory is not None:
@@ -287,7 +292,7 @@ def _plan_turn(messages: list[dict], tools: list[dict]) -> tuple[str, list[tuple
     last_is_tool = bool(messages) and messages[-1].get("role") == "tool"
     box = _Toolbox.of([tool for tool in tools if tool.get("function", {}).get("name") != DELEGATE_TOOL])
     if last_is_tool:
-        return _report_tool_results(messages, box), []
+        return _report_tool_results(messages, box) + _left_off(messages, said), []
     if (record := _json_record(said)) and (call := _record_call(tools, record)):
         return "", [call]
     left = []
@@ -298,6 +303,10 @@ def _plan_turn(messages: list[dict], tools: list[dict]) -> tuple[str, list[tuple
     if DELEGATE_TOOL in names:
         return "", [_delegation(_team_members(messages), said)]
     calls, list_left = _list_plan(said, box)
+    if calls and (avoided := offline_memory.disliked(messages, _added(calls, box))):
+        calls = [call for call in calls if call not in [box.add.call(item) for item in avoided]]
+        if not calls:
+            return _left_off(messages, said).strip(), []
     if calls:
         return "", calls
     request = _parse_request(said)
@@ -307,6 +316,21 @@ def _plan_turn(messages: list[dict], tools: list[dict]) -> tuple[str, list[tuple
     if left and box.roles:  # asked what its tools cannot do: said so (a next step may do it)
         return _no_tool(left), []
     return _plain_reply(said), []
+
+
+def _added(calls: list[tuple[str, dict]], box: _Toolbox) -> list[str]:
+    """The items the list's add calls add."""
+    if box.add is None:
+        return []
+    return [arguments.get(box.add.subject) for name, arguments in calls if name == box.add.name]
+
+
+def _left_off(messages: list[dict], said: str) -> str:
+    """' I left olives off: you don't like them.' for the items asked for that the user's memories say
+    they dislike ('' when none)."""
+    request = _parse_request(said)
+    avoided = offline_memory.disliked(messages, request.add if request else [])
+    return f" I left {_phrase(avoided)} off: you don't like {'them' if len(avoided) > 1 or avoided[0].endswith('s') else 'it'}." if avoided else ""
 
 
 def _list_plan(said: str, box: _Toolbox) -> tuple[list[tuple[str, dict]], list[str]]:

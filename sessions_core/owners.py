@@ -7,6 +7,8 @@ is read or written, and an ownerless session is never claimed by a later caller 
 
 `may_touch` is the decision; `owned_session`, the one lookup of a session by its id (accessors, history,
 summaries, export, the run's start), asks it. `sessions_of` lists what a user may see.
+A user's memories are scoped the same way: `memory_owner` names whose they are, and every read and
+write of them goes through `UserMemoryRecord.objects.for_user` (user_memories/store.py).
 """
 
 from __future__ import annotations
@@ -133,6 +135,13 @@ def _session_sql(alias: str, only: tuple[str, ...], by_name: bool, lock: bool) -
     if lock and connection.features.has_select_for_update:
         sql += " " + connection.ops.for_update_sql(of=(table,))
     return sql
+
+
+def memory_owner(user_ref, alias: str, create: bool = False):
+    """Whose memories `user_ref` (a username, a User or None) reads and changes: the saved user, or None
+    (no user, or a name no user has yet) whose memories are none. A run creates its user (`create`)."""
+    user = resolve_user(user_ref, alias, create=create)
+    return user if user is not None and user.pk is not None else None
 
 
 def sessions_of(user_ref, alias: str):

@@ -12,10 +12,13 @@ import json
 
 from . import state as state_module
 from .config import RunConfig
+from .user_memories.context import AGENTIC_NOTE, memories_block
 
 
-def system_message(config: RunConfig, state: dict, user_id: str | None, summary: dict | None) -> str:
-    """The system message of a run whose working state (injected keys included) is `state`."""
+def system_message(config: RunConfig, state: dict, user_id: str | None, summary: dict | None,
+                   memories: list[str] | None = None) -> str:
+    """The system message of a run whose working state (injected keys included) is `state`; `memories`
+    (None: not shown) are the user's memories' texts."""
     sources = (state, config.dependencies, config.metadata, {"user_id": user_id} if user_id else {})
     if config.system_message is not None:
         text = str(config.system_message)
@@ -50,6 +53,10 @@ def system_message(config: RunConfig, state: dict, user_id: str | None, summary:
             "Note: this information is from previous interactions and may be outdated. "
             "You should ALWAYS prefer information from this conversation over the past summary."
         )
+    if memories is not None:
+        text += "\n\n" + memories_block(memories)
+    if config.enable_agentic_memory and memories is not None:
+        text += "\n\n" + AGENTIC_NOTE
     return text.strip()
 
 

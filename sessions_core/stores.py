@@ -42,6 +42,8 @@ from django.db.migrations.recorder import MigrationRecorder
 from .bridge import call_sync, run_sync
 from .models import ChatSession
 from .owners import owned_session, sessions_of, validate_session_id  # the engine's owner check
+from .user_memories.accessors import ASYNC_NAMES as MEMORY_ASYNC_NAMES
+from .user_memories.accessors import MemoryAccessors
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _PG_SCHEMES = re.compile(r"postgres(ql)?(\+[a-z0-9_]+)?")
@@ -103,8 +105,9 @@ def _first_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-class Store:
-    """A database the engine uses through a Django alias of its own, migrated on first use."""
+class Store(MemoryAccessors):
+    """A database the engine uses through a Django alias of its own, migrated on first use; it has the
+    memory accessors (`db.get_user_memories(user_id=...)`, ...) as well as the session ones."""
 
     _cannot_connect = "cannot connect"
 
@@ -118,6 +121,10 @@ class Store:
         if self._alias not in _ready:
             self._set_up()
         return self._alias
+
+    @property
+    def db_alias(self) -> str:
+        return self.alias
 
     def _set_up(self) -> None:
         with _setup_lock:
@@ -298,12 +305,16 @@ class SqliteDb(Store):
         migrate_sqlite(connection)
 
 
+def _async_accessors(cls):
+    """The store's accessors (sessions and memories) as coroutines under their plain names."""
+    for name in ("get_session", "get_sessions", "delete_session", *MEMORY_ASYNC_NAMES):
+        setattr(cls, name, getattr(Store, f"a{name}"))
+    return cls
+
+
+@_async_accessors
 class AsyncSqliteDb(SqliteDb):
     """SqliteDb for async code, as Agno's: its own accessors are coroutines (`await db.get_session(...)`)."""
-
-    get_session = Store.aget_session
-    get_sessions = Store.aget_sessions
-    delete_session = Store.adelete_session
 
 
 class PostgresDb(Store):
@@ -371,9 +382,6 @@ class PostgresDb(Store):
             call_command("migrate", database=connection.alias, verbosity=0, interactive=False)
 
 
+@_async_accessors
 class AsyncPostgresDb(PostgresDb):
     """PostgresDb for async code, as Agno's: its own accessors are coroutines (`await db.get_session(...)`)."""
-
-    get_session = Store.aget_session
-    get_sessions = Store.aget_sessions
-    delete_session = Store.adelete_session

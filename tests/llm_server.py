@@ -184,8 +184,16 @@ def is_summary_request(body: dict) -> bool:
     return ((body.get("response_format") or {}).get("json_schema") or {}).get("name") == "session_summary"
 
 
+def is_memory_request(body: dict) -> bool:
+    messages = body.get("messages") or [{}]
+    return (messages[0].get("content") or "").startswith("You are a Memory Manager")
+
+
 def summary_responder(body: dict):
-    """A side responder for tests that are not about summaries: a fixed summary, leaving the queue alone."""
+    """A side responder for tests that are not about summaries or memories: a fixed summary, and no memory
+    change, leaving the queue alone."""
+    if is_memory_request(body):
+        return Text("No change.")
     return Text(json.dumps({"summary": "A conversation.", "topics": ["test"]})) if is_summary_request(body) else None
 
 

@@ -2,7 +2,7 @@
 route is covered without editing this file), against the owner, another user, an anonymous visitor and
 staff (a superuser who does not own the chat: the admin is where staff look, never the chat pages).
 
-A chat URL of Alice's session answers her, and is a 404 to anyone else signed in (a redirect to the
+A chat URL of Alice's session (or memory, or run) answers her, and is a 404 to anyone else signed in (a redirect to the
 login for anonymous visitors), for GET and for POST; nothing of hers is changed and her words appear
 in no one else's response. An admin URL is staff's only. A socket route accepts Alice alone (4403
 for other users and staff, 4401 for anonymous visitors)."""
@@ -20,7 +20,8 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.urls.resolvers import RegexPattern
 
 from chatapp.routing import websocket_urlpatterns
-from sessions_core.models import ChatSession, Message, Run, StateChange
+from sessions_core.models import ChatSession, Message, Run, StateChange, UserMemoryChange, UserMemoryRecord
+from sessions_core.user_memories import store as memory_store
 from tests.factories import make_run, make_session, make_user
 from chatapp.asgi import application
 from channels.testing import WebsocketCommunicator
@@ -29,6 +30,7 @@ from tests.live_support import HOST, ORIGIN, LiveTestMixin
 SECRET = "zebra-armchair-7731"  # Alice's words: in her title, her message, her state
 ROLES = ("owner", "other", "anonymous", "staff")
 PUBLIC = {"login", "signup", "logout"}  # the pages anyone may open (logout is POST-only)
+OWNED = {"session_id", "memory_id", "run_id"}  # a URL naming one of these names something of Alice's
 
 
 def url_patterns(resolver=None, prefix: str = "", namespace: str = ""):
@@ -51,7 +53,9 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
         self.bob = make_user("bob")
         self.root = User.objects.create_superuser("root", "root@example.com", "pw-root-123")
         self.session = make_session(self.alice, component_id="shopping", name=f"Plans {SECRET}", name_source="user")
-        make_run(self.session, f"remember {SECRET}", "Noted.")
+        self.run = make_run(self.session, f"remember {SECRET}", "Noted.")
+        self.memory = memory_store.add_memory(self.alice, f"The user said {SECRET}", ["secret"], "default",
+                                              source=memory_store.Source.RUN, run_pk=self.run.pk)
         self.session.apply_state_change({"note": SECRET}, "manual")
         self.trashed = make_session(self.alice, component_id="general", name=f"Old {SECRET}")
         self.trashed.deleted_at = self.trashed.created_at
@@ -73,6 +77,10 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
                 values[key] = session.session_id
             elif key == "version":
                 values[key] = 1
+            elif key == "memory_id":
+                values[key] = self.memory.memory_id
+            elif key == "run_id":
+                values[key] = self.run.run_id
             elif key in ("pk", "object_id", "id"):
                 model = self.admin_model(name)
                 values[key] = str(self.alice.pk if model is get_user_model() else self.session.pk)
@@ -99,7 +107,8 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
         trashed = ChatSession.objects.get(pk=self.trashed.pk)
         return (session.name, session.session_state, session.state_version, session.pinned_at, session.deleted_at,
                 trashed.deleted_at, Run.objects.count(), Message.objects.count(), StateChange.objects.count(),
-                ChatSession.objects.filter(owner=self.alice).count())
+                ChatSession.objects.filter(owner=self.alice).count(),
+                list(UserMemoryRecord.objects.values_list("memory", flat=True)), UserMemoryChange.objects.count())
 
     @staticmethod
     def body(response) -> str:
@@ -118,7 +127,7 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
         checked, self.refused = 0, set()
         for name, keys, route, regex in patterns:
             url = reverse(name, kwargs=self.kwargs_for(name, keys, regex))
-            if name.startswith("chat:") and "session_id" in keys:
+            if name.startswith("chat:") and OWNED & set(keys):
                 url += "?before=999999" if name == "chat:transcript_hx" else ""
             for role in ROLES:
                 for method in ("get", "post"):
@@ -130,8 +139,8 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
                         checked += 1
         assert self.snapshot() == before, "a request that should have been refused changed Alice's data"
         assert checked > 200
-        session_urls = {name for name, keys, _, _ in chat if "session_id" in keys}
-        assert self.refused == session_urls, f"never a 404 to others: {session_urls - self.refused}"
+        owned_urls = {name for name, keys, _, _ in chat if OWNED & set(keys)}
+        assert self.refused == owned_urls, f"never a 404 to others: {owned_urls - self.refused}"
 
     def check(self, name, keys, route, role, method, response) -> None:
         status = response.status_code
@@ -147,7 +156,7 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
         if role == "anonymous":
             if name not in PUBLIC:
                 assert status == 302 and response["Location"].startswith("/accounts/login/"), status
-        elif "session_id" in keys:
+        elif OWNED & set(keys):
             if role == "owner":
                 assert status not in (403, 404), status
             else:

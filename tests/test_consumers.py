@@ -37,7 +37,7 @@ from tests.live_support import (
     started_run_id,
     streamed_html,
 )
-from tests.llm_server import Error, Text, ToolCalls, is_summary_request
+from tests.llm_server import Error, Text, ToolCalls, is_memory_request, is_summary_request
 
 
 def is_error(frame: str) -> bool:
@@ -528,7 +528,7 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         await self.send(socket, "a question")
         await frames_until(socket, run_done())
         await settle()
-        asked = [body for body in self.llm.requests if not is_summary_request(body)]
+        asked = [body for body in self.llm.requests if not is_summary_request(body) and not is_memory_request(body)]
         assert len(asked) == 1  # the reply only: no title was even asked for
         assert (await ChatSession.objects.aget(pk=session.pk)).name == "My own title"
         await socket.disconnect()

@@ -331,9 +331,9 @@ SEQUENCE = """
 def test_every_example_runs_in_sequence_against_one_set_of_databases(tmp_path, pg_url):
     """As someone trying them one after another: one folder (so one tmp/data.db, one tmp/agents.db), one
     PostgreSQL database and one Django database; no example meets another's sessions under another user.
-    One process runs them all as scripts (each as __main__), which spares thirteen Django start-ups."""
+    One process runs them all as scripts (each as __main__), which spares fourteen Django start-ups."""
     names = sorted(path.stem for path in EXAMPLES.glob("*.py") if not path.name.startswith("_"))
-    assert len(names) == 14
+    assert len(names) == 15
     driver = tmp_path / "sequence.py"
     driver.write_text(textwrap.dedent(SEQUENCE))
     env = {**offline_env(tmp_path, "shared"), "PG_URL": pg_url}

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from sessions_core.events import StepStartedEvent, TeamRunStartedEvent, WorkflowStartedEvent
 from sessions_core.models import ChatSession, Run, RunStatus
 
-from .. import rendering
+from .. import memories, rendering
 from ..markdown_stream import ReplyStream
 
 QUEUED_STATUS = "Your message is queued; it will run after the current reply."
@@ -138,6 +138,7 @@ def _placed(view: rendering.RunView, append: bool) -> str:
 def finished_html(run_id: str, session_pk: int) -> tuple[str, str]:
     """A finished run as stored (its final form, replacing the live one) and its status. Reads the database."""
     run = rendering.stored_run(run_id=run_id, session_id=session_pk)
+    memories.attach([run], run.session.owner_id)
     return rendering.render_run(run, oob="true"), run.status
 
 

@@ -11,6 +11,7 @@ HTML for every tab of the session. One task per run, outliving the socket that a
     RunCompleted /   the run re-rendered once from the database (`chat.run_done` {run_id, html}) replacing
     RunError / ...   #run-<run_id>; the sidebar row to the user's group; a title in the background
     SessionSummary   the summary in the state panel
+    MemoryUpdate     the reply's memory line ("Remembered: ...", with its undo), once the memory work is done
 
 Token batches (streaming.py) go out at most every CHAT_STREAM_BATCH_SECONDS, the first text at once.
 While it runs, the process keeps it in memory (`streaming.LiveRun`), for its sockets that are behind
@@ -39,7 +40,7 @@ from sessions_core.models import ChatSession, NameSource, RunStatus
 from sessions_core.run.lifecycle import LEASE_SECONDS
 from sessions_core.tools import DELEGATE_TOOL
 
-from .. import assistants, dbthreads, rendering, state_view, titles
+from .. import assistants, dbthreads, memories, rendering, state_view, titles
 from ..broadcast import abroadcast_to_session, asend_to_session, push_row
 from . import fragments, leases
 from .streaming import LiveRun, done_streaming, streaming
@@ -130,6 +131,7 @@ _ROLES = {
     **dict.fromkeys((RunEvent.run_completed, RunEvent.run_error, RunEvent.team_run_completed, RunEvent.team_run_error,
                      RunEvent.workflow_completed, RunEvent.workflow_error), "done"),
     RunEvent.session_summary_completed: "summary",
+    RunEvent.memory_update_completed: "memory",
     RunEvent.step_started: "step",
 }
 _TOOL_STARTED = (RunEvent.tool_call_started, RunEvent.team_tool_call_started)
@@ -270,6 +272,11 @@ async def _pump(session: ChatSession, item: Prompt, agent) -> None:
                 await _flush(pk, live)
                 await _finished(session, item, live)
                 done = True
+            elif kind == "memory":
+                # The memory work ends after the reply: its line ("Remembered: ...") replaces the empty one.
+                if event.memories or event.deleted or event.error:
+                    await abroadcast_to_session(pk, await dbthreads.run(
+                        memories.stored_run_memories, event.run_id, pk, session.owner_id))
             elif kind == "summary":
                 # The summary is made after the reply is complete; the panel shows it when it lands: a
                 # newer one replaces the one shown, and a first one (which may bring the panel itself

@@ -11,7 +11,7 @@ from django_htmx.middleware import HtmxDetails
 
 from sessions_core.models import INTERRUPTED_ERROR, ChatSession, RunStatus
 
-from .. import rendering
+from .. import memories, rendering
 from ..assistants import assistant_name
 from ..sidebar import sidebar_page
 
@@ -68,6 +68,7 @@ def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 2
     """The three-pane page for `session`; `other_version`, a run on a version of the chat it does not show (a
     search hit), is offered to be shown; `panel` goes to the state panel (as-of view, form errors)."""
     runs = rendering.transcript_runs(session)
+    memories.attach(runs, session.owner_id)
     if not session.is_running:
         for run in runs:
             if run.status == RunStatus.RUNNING:

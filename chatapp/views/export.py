@@ -64,10 +64,11 @@ def session_export_json(request: HttpRequest, session_id: str) -> StreamingHttpR
 @login_required
 @require_GET
 def export_all(request: HttpRequest) -> StreamingHttpResponse:
-    """Every chat of the user that is not in the trash, newest activity first."""
+    """Every chat of the user that is not in the trash, newest activity first, then the user's memories."""
     now = timezone.now()
     sessions = ChatSession.objects.for_user(request.user).alive().order_by("-last_activity_at", "-id")
-    parts = export.export_all_json(sessions.iterator(chunk_size=100), request.user.get_username(), now)
+    parts = export.export_all_json(sessions.iterator(chunk_size=100), request.user.get_username(), now,
+                                   user=request.user)
     return _download(parts, "application/json", f"chats-{slugify(request.user.get_username())}-{now:%Y%m%d}.json")
 
 
@@ -120,8 +121,9 @@ def import_chats(request: HttpRequest) -> HttpResponse:
                 error = _refusal_in_words(str(exc))
             else:
                 _mark_imported(sessions)
-                count = len(sessions)
-                messages.success(request, f"Imported {count} chat{'' if count == 1 else 's'}.")
+                count, remembered = len(sessions), sessions.memories
+                memories_note = f" and {remembered} memor{'y' if remembered == 1 else 'ies'}" if remembered else ""
+                messages.success(request, f"Imported {count} chat{'' if count == 1 else 's'}{memories_note}.")
                 return redirect("chat:session", sessions[0].session_id) if count else redirect("chat:index")
     # A missing file is a bad request; a file refused for what it holds (or its size) is a 422.
     status = (422 if request.FILES.get("file") else 400) if error else 200

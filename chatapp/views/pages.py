@@ -16,7 +16,7 @@ from sessions_core.branches import SessionBusyError
 from sessions_core.models import ChatSession, NameSource, Run
 from sessions_core.search import parse_id
 
-from .. import rendering
+from .. import memories, rendering
 from ..assistants import ASSISTANTS, DEFAULT_ASSISTANT, get_assistant
 from ..broadcast import broadcast_to_user
 from ..forms import FirstMessageForm
@@ -148,6 +148,7 @@ def transcript_hx(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     if before is None:
         return HttpResponseBadRequest("Missing or bad 'before': a run's number.")
     runs = rendering.transcript_runs(session, before=before)
+    memories.attach(runs, session.owner_id)
     context = {"session": session, "runs": runs, "run_views": [rendering.run_view(run) for run in runs],
                "read_only": session.deleted_at is not None}
     template = "chatapp/_transcript_runs.html" if request.htmx else "chatapp/transcript_earlier.html"

@@ -26,7 +26,8 @@ from .. import state as state_module
 from ..branches import start_branch
 from ..bridge import call_sync
 from ..errors import Paused, QueuedRunTakenError
-from ..events import BaseRunEvent, RunQueuedEvent, SessionSummaryCompletedEvent, SessionSummaryStartedEvent
+from ..events import (BaseRunEvent, MemoryUpdateCompletedEvent, MemoryUpdateStartedEvent, RunQueuedEvent,
+                      SessionSummaryCompletedEvent, SessionSummaryStartedEvent)
 from ..history import ChatMessage
 from ..models import ChatSession, Role, Run, RunStatus
 from ..owners import owned_session
@@ -34,6 +35,8 @@ from ..requirements import RunRequirement, paused_content
 from ..state_tracker import StateTracker
 from ..summary import aupdate_session_summary
 from ..tools import RunContext
+from ..user_memories import store as memory_store
+from ..user_memories.run_work import aupdate_after_run
 from . import finish, lifecycle, registry, store
 from .base import BaseRun
 from .child import ChildRun
@@ -62,6 +65,7 @@ class Start:
     history: list[ChatMessage] = field(default_factory=list)
     summary: dict | None = None
     state_error: str = ""
+    memory_owner: object = None  # the user whose memories the run shows and updates (None: no memories)
 
 
 class RootRun(BaseRun):
@@ -142,6 +146,10 @@ class RootRun(BaseRun):
         status, error, error_type = self.outcome  # (a pause that a stop turned into a cancellation)
         for event in self._final_events(status, error_type):
             yield event
+        if status == RunStatus.COMPLETED and self._updates_memories:
+            async with aclosing(self._memory_work()) as work:
+                async for event in work:
+                    yield event
         if status == RunStatus.COMPLETED and self.config.enable_session_summaries:
             # After RunCompleted, not before it (Agno's order): the reply is never held up by the summary.
             stream_events = self.config.stream_events
@@ -151,6 +159,24 @@ class RootRun(BaseRun):
                                                     self.start.summary)
             if stream_events:
                 yield self._event(SessionSummaryCompletedEvent, session_summary=summary and summary.to_dict())
+
+    @property
+    def _updates_memories(self) -> bool:
+        """Memories are made after this run: on, not left to the model's tool, a user who has them on, and
+        something said (Agno's rule: with agentic memory on, the automatic path is off)."""
+        config = self.config
+        return (config.update_memory_on_run and not config.enable_agentic_memory
+                and self.start.memory_owner is not None and bool(self.input.strip()))
+
+    async def _memory_work(self) -> AsyncIterator[BaseRunEvent]:
+        """After the reply is stored (the session is free already) and before the run returns."""
+        stream_events = self.config.stream_events
+        if stream_events:
+            yield self._event(MemoryUpdateStartedEvent)
+        work, error = await aupdate_after_run(self)
+        if stream_events:
+            yield self._event(MemoryUpdateCompletedEvent, memories=work.memories, error=error,
+                              deleted=[memory_id for action, memory_id, _ in work.changes if action == "deleted"])
 
     # -- waiting its turn, and the start ------------------------------------------------------------------
 
@@ -292,7 +318,14 @@ class RootRun(BaseRun):
             read = history_module.history_read(session.pk, config.num_history_runs, config.num_history_messages,
                                                max_tool_calls=config.max_tool_calls_from_history)
             start.history = history_module.read_history(read, self.alias)
-        system = prompt.system_message(config, {**start.state, **self._injected()}, self.user_id, start.summary)
+        memories = None
+        if (config.add_memories_to_context or config.update_memory_on_run) and session.owner_id is not None:
+            if memory_store.memories_enabled(session.owner, self.alias):
+                start.memory_owner = session.owner
+                if config.add_memories_to_context:
+                    memories = memory_store.memory_texts(session.owner, self.alias)
+        system = prompt.system_message(config, {**start.state, **self._injected()}, self.user_id, start.summary,
+                                       memories)
         return start, [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
 
     # -- waiting for a person (run/pause.py continues it) -------------------------------------------------
