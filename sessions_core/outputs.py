@@ -81,6 +81,20 @@ class WorkflowRunOutput(RunOutput):
     step_results: list = field(default_factory=list)
 
     @property
+    def step_requirements(self) -> list:
+        """Every StepRequirement of the run (review.py), answered or not."""
+        return self.requirements or []
+
+    @property
+    def active_step_requirements(self) -> list:
+        return self.active_requirements
+
+    @property
+    def paused_step_name(self) -> str | None:
+        active = self.active_requirements
+        return active[-1].step_name if active else None
+
+    @property
     def workflow_id(self) -> str:
         return self.agent_id
 
