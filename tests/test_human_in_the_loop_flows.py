@@ -285,3 +285,43 @@ class TestWorkflowExecutorPause(EngineTestMixin, TestCase):
         assert output.status == RunStatus.COMPLETED, output.error
         assert output.session_state == {"items": [], "cleared": 1, "tally": 0}
         assert set(Run.objects.values_list("status", flat=True)) == {RunStatus.COMPLETED}
+
+
+class TestRecords(TeamCase):
+    """Every pause and answer is kept with its run: admin shows it, export and import keep it."""
+
+    def test_admin_shows_who_answered_what_and_when(self):
+        from django.contrib.auth import get_user_model
+        from django.test import Client
+        from django.urls import reverse
+
+        paused = self.pause_in_member()
+        paused.active_requirements[0].reject("keep the milk")
+        self.team().continue_run(run_response=paused)
+        admin = get_user_model().objects.create_superuser("root", "root@example.com", "pw-root-123")
+        client = Client()
+        client.force_login(admin)
+        run = Run.objects.get(run_id=paused.run_id)
+        body = client.get(reverse("admin:sessions_core_run_change", args=[run.pk])).content.decode()
+        assert "clear_items — rejected by ann at " in body and ": keep the milk" in body
+
+    def test_export_and_import_keep_a_paused_run_which_cannot_be_continued(self):
+        from sessions_core import export
+        from sessions_core.decisions import decisions
+
+        paused = self.pause_in_member()
+        session = ChatSession.objects.get(session_id="t")
+        document = "".join(export.export_json(session))
+        assert '"requirements"' in document and "The reply waits for a person" in "".join(
+            export.export_markdown(session))
+        (copy,) = export.import_json(document, session.owner)
+
+        run = Run.objects.get(session=copy, parent_run__isnull=True)
+        assert (run.status, run.finished_at) == (RunStatus.PAUSED, None)
+        (item,) = decisions(run.requirements)
+        assert (item.title, item.outcome, item.imported, item.member) == ("clear_items", "waiting", True, "Keeper")
+        answer = paused.active_requirements[0]
+        answer.confirm()
+        with pytest.raises(RunNotContinuableError, match="imported"):
+            self.team().continue_run(run_id=run.run_id, session_id=copy.session_id, requirements=[answer])
+        assert Run.objects.get(pk=run.pk).status == RunStatus.PAUSED

@@ -149,6 +149,9 @@ class ContinuedRun(Answering, RootRun):
             raise RunNotFoundError(self.run_id, self.session_id)
         if row.status != RunStatus.PAUSED:
             raise RunNotContinuableError(self.run_id, f"it is {row.status}, not paused")
+        if is_imported(row.requirements):
+            raise RunNotContinuableError(self.run_id, "it was imported from a file, and its tools are not this "
+                                                      "app's to run")
         if row.component_id != self.config.component_id:
             raise RunNotContinuableError(self.run_id, f"it is a run of {row.component_id!r}, "
                                                       f"not of {self.config.component_id!r}")
@@ -195,6 +198,11 @@ class ContinuedChild(Answering, ChildRun):
 
 
 BaseRun.continued_child_class = ContinuedChild
+
+
+def is_imported(requirements: list | None) -> bool:
+    """Whether a stored run's requirements came from an imported file (export.py marks them)."""
+    return any(isinstance(item, dict) and item.get("imported") for item in requirements or [])
 
 
 def take_answers(run_id: str, stored: list | None, given: list, user_id: str | None,
