@@ -28,7 +28,7 @@ from sessions_core.models import ChatSession, Message, Role, Run, StateChange
 from sessions_core.summary import SessionSummary
 from sessions_core.tools import DELEGATE_TOOL  # a team's delegations are shown as member rows, not tool calls
 
-from . import state_view
+from . import requirement_cards, state_view
 from .assistants import assistant_defaults, assistant_name
 from .sidebar import sidebar_page
 
@@ -252,6 +252,15 @@ class RunView:
     @property
     def metrics(self) -> dict:
         return self.run.metrics or {}
+
+    @property
+    def requirement_cards(self) -> list:
+        """A reply that waits (or waited) for the user: a card per request (requirement_cards.py)."""
+        return requirement_cards.cards(getattr(self.run, "requirements", None))
+
+    @property
+    def waiting(self) -> bool:
+        return requirement_cards.waiting(self.run)
 
     @property
     def usage(self) -> Usage:

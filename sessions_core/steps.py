@@ -404,7 +404,7 @@ class Step(_Primitive):
                 child = loop.child(config, message, step_name=self.name, source_prefix=f"step:{self.name}/")
             child.pausable = pausable
             child.step_input, child.step_context = step_input, context  # what a function step's executor reads
-            if context.streams:
+            if context.streams and not child.continued:  # (a resumed step's run says StepContinued instead)
                 yield context.event(ev.StepStartedEvent, run_id=child.run_id, step_name=self.name,
                                     executor_type=self.executor_type, executor_name=self.executor_name,
                                     executor_id=config.component_id)

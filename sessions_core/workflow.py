@@ -145,11 +145,13 @@ class Workflow(Component):
 
     def acontinue_run(self, run_response=None, *, run_id: str | None = None, session_id: str | None = None,
                       step_requirements: list | None = None, user_id=None, stream: bool | None = None,
-                      stream_events: bool | None = None, yield_run_output: bool = False, **options):
-        """Async twin of `continue_run`: await it for the output, or iterate it (stream=True) for events."""
+                      stream_events: bool | None = None, yield_run_output: bool = False,
+                      requirements: list | None = None, **options):
+        """Async twin of `continue_run`: await it for the output, or iterate it (stream=True) for events.
+        (`requirements=` is taken too, as an Agent's continue_run names them.)"""
         self._check_options("acontinue_run", options)
-        return self._continue(run_response, run_id, step_requirements, session_id, user_id, stream, stream_events,
-                              yield_run_output, options)
+        return self._continue(run_response, run_id, [*(step_requirements or []), *(requirements or [])], session_id,
+                              user_id, stream, stream_events, yield_run_output, options)
 
     def _history_window(self) -> int:
         """How many earlier runs any step may be shown (0: none asks): one query reads them all."""

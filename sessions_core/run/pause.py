@@ -125,7 +125,7 @@ class ContinuedRun(Answering, RootRun):
             if session.lease_token:  # the process that held the lease stopped renewing it: its run is over
                 lifecycle.interrupt_abandoned(session, alias, now)
                 session.last_seq = store.next_seq_after_crash(session, alias)
-            if not lifecycle.resume(row.pk, alias, requirements=[r.to_dict() for r in requirements]):
+            if not lifecycle.resume(row.pk, alias, requirements=[r.to_dict() for r in requirements], content=""):
                 raise RunNotContinuableError(self.run_id, "it was continued or cancelled a moment ago")
             start, system = self._opening(session, json.dumps(session.session_state), session.state_version)
             start.run_pk = row.pk
@@ -183,7 +183,7 @@ class ContinuedChild(Answering, ChildRun):
             if row is None or row.status != RunStatus.PAUSED:
                 raise RunNotContinuableError(self.run_id, "its paused run is not there any more")
             requirements, self.answers = take_answers(self.run_id, row.requirements, self.given, self.user_id, now)
-            if not lifecycle.resume(row.pk, alias, requirements=[r.to_dict() for r in requirements]):
+            if not lifecycle.resume(row.pk, alias, requirements=[r.to_dict() for r in requirements], content=""):
                 raise RunNotContinuableError(self.run_id, "it was continued or cancelled a moment ago")
             messages = store.run_messages(row.pk, alias)
         self.run_pk = row.pk
