@@ -2,8 +2,16 @@
 step's review or its agent's tool pauses the workflow; the continuation resumes the member (then the
 team) or the step, keeping every state write. Runs on SQLite and PostgreSQL."""
 
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
 import pytest
-from django.test import TestCase
+from django.db import connections
+from django.test import TestCase, TransactionTestCase
 
 from sessions_core import (
     HumanReview,
@@ -20,6 +28,9 @@ from sessions_core.models import ChatSession, Run, RunStatus, StateChange
 from sessions_core.steps import WorkflowDefinitionError
 from tests.engine_helpers import EngineTestMixin, kinds
 from tests.llm_server import Text, ToolCalls
+from tests.test_restart import database_url
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def add_item(item: str, run_context: RunContext) -> str:
@@ -325,3 +336,75 @@ class TestRecords(TeamCase):
         with pytest.raises(RunNotContinuableError, match="imported"):
             self.team().continue_run(run_id=run.run_id, session_id=copy.session_id, requirements=[answer])
         assert Run.objects.get(pk=run.pk).status == RunStatus.PAUSED
+
+
+class TestRaceAndProcesses(EngineTestMixin, TransactionTestCase):
+    def test_of_two_simultaneous_team_continuations_one_wins_and_the_member_tool_runs_once(self):
+        keeper = self.agent(name="Keeper", tools=[add_item, clear_items])
+        team = lambda: Team(name="Crew", model=self.model, members=[keeper], user_id="ann", session_id="t")  # noqa: E731
+        delegate = ("delegate_task_to_member", {"member_id": "keeper", "task": "clear"})
+        self.llm.responder = scripted([ToolCalls([delegate]), Text("Clear."), Text("Clear.")],
+                                      [ToolCalls([("add_item", {"item": "milk"}), ("clear_items", {})]),
+                                       Text("Cleared."), Text("Cleared.")])
+        paused = team().run("tidy")
+        paused.active_requirements[0].confirm()
+        barrier, results = threading.Barrier(2), []
+
+        def continue_once():
+            try:
+                barrier.wait(10)
+                results.append(team().continue_run(run_response=paused))
+            except RunNotContinuableError as exc:
+                results.append(exc)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=continue_once) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert sorted(type(result).__name__ for result in results) == ["RunNotContinuableError", "TeamRunOutput"]
+        assert ChatSession.objects.get(session_id="t").session_state == {"items": [], "cleared": 1}  # ran once
+
+    def test_a_workflow_paused_by_one_process_is_resumed_by_another(self):
+        paused = run_script("pause")  # the process exits here
+        assert (paused["status"], paused["step"]) == ("paused", "Publish")
+        resumed = run_script("continue", paused["run_id"])
+        assert resumed["pid"] != paused["pid"]
+        assert (resumed["run_id"], resumed["status"], resumed["content"]) == (paused["run_id"], "completed",
+                                                                                "published after noted")
+        assert resumed["state"]["log"] == ["note:hello", "publish:-"]
+        stored = Run.objects.get(run_id=paused["run_id"])
+        assert stored.requirements[0]["confirmed"] is True and stored.requirements[0]["answered_by"] == "ann"
+
+
+WORKFLOW_SCRIPT = """
+import json, sys
+
+from sessions_core import HumanReview, Step, Workflow
+from tests.test_human_in_the_loop_flows import note, publish
+
+workflow = Workflow(name="Publisher", user_id="ann", session_id="kept",
+                    steps=[Step(name="Note", executor=note),
+                           Step(name="Publish", executor=publish, human_review=HumanReview(requires_confirmation=True))])
+if sys.argv[1] == "pause":
+    output = workflow.run("hello")
+else:  # a process that knows only the run's id
+    output = workflow.get_run_output(run_id=sys.argv[2])
+    for requirement in output.active_step_requirements:
+        requirement.confirm()
+    output = workflow.continue_run(run_response=output)
+print(json.dumps({"run_id": output.run_id, "status": output.status, "content": output.content,
+                  "state": output.session_state, "pid": __import__("os").getpid(),
+                  "step": output.paused_step_name}))
+"""
+
+
+def run_script(*args: str) -> dict:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "chatapp.settings", "DATABASE_URL": database_url()}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run([sys.executable, "-c", WORKFLOW_SCRIPT, *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
