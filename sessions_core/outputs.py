@@ -46,17 +46,21 @@ class RunOutput:
         """The requirements still waiting for an answer."""
         return [requirement for requirement in self.requirements or [] if not requirement.is_resolved()]
 
+    def _tool_requirements(self) -> list:
+        """The open requirements of tool calls (a workflow's are its steps', review.py)."""
+        return [r for r in self.active_requirements if hasattr(r, "tool_execution")]
+
     @property
     def tools_requiring_confirmation(self) -> list[ToolExecution]:
-        return [r.tool_execution for r in self.active_requirements if r.needs_confirmation]
+        return [r.tool_execution for r in self._tool_requirements() if r.needs_confirmation]
 
     @property
     def tools_requiring_user_input(self) -> list[ToolExecution]:
-        return [r.tool_execution for r in self.active_requirements if r.needs_user_input]
+        return [r.tool_execution for r in self._tool_requirements() if r.needs_user_input]
 
     @property
     def tools_awaiting_external_execution(self) -> list[ToolExecution]:
-        return [r.tool_execution for r in self.active_requirements if r.needs_external_execution]
+        return [r.tool_execution for r in self._tool_requirements() if r.needs_external_execution]
 
 
 @dataclass
