@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from sessions_core.agent import Agent
 from sessions_core.component import Component
 from sessions_core.llm import default_model
+from sessions_core.review import HumanReview
 from sessions_core.steps import Router, Step, StepInput, StepOutput
 from sessions_core.summary import SessionSummaryManager
 from sessions_core.team import Team
@@ -20,12 +21,16 @@ from .demo_tools import (  # noqa: F401  (the shopping tools are also known by t
     add_task,
     clear_completed_tasks,
     clear_list,
+    clear_list_approved,
     complete_task,
     delete_step,
     list_items,
     list_steps,
     list_tasks,
+    place_order,
     remove_item,
+    remove_item_approved,
+    schedule_delivery_asking,
     update_step_status,
 )
 
@@ -108,6 +113,35 @@ def _shopping_workflow() -> Workflow:
     )
 
 
+def _approvals() -> Agent:
+    return Agent(
+        name="Shopping with approval", id="approvals", model=default_model(), markdown=True,
+        instructions=("You keep the user's shopping list and schedule its delivery. Removing an item or clearing "
+                      "the list waits for the user's approval; the delivery asks the user for its date."),
+        tools=[add_item, remove_item_approved, list_items, clear_list_approved, schedule_delivery_asking],
+        session_state={"shopping_list": []}, add_session_state_to_context=True,
+        add_history_to_context=True, num_history_runs=3,
+    )
+
+
+def _reviewed_order() -> Workflow:
+    shopper = Agent(
+        name="Order assistant", id="order-assistant", model=default_model(), markdown=True,
+        instructions="You keep the user's shopping list with the tools.",
+        tools=[add_item, remove_item, list_items, clear_list], add_session_state_to_context=True,
+    )
+    review = HumanReview(requires_confirmation=True, confirmation_message="Place the order for the items on the list?",
+                         on_reject="skip")
+    return Workflow(
+        name="Reviewed order", id="reviewed-order",
+        description="A shopping step, a step that counts the list, then an order that waits for your approval.",
+        steps=[shopper, Step(name="Tally", executor=tally),
+               Step(name="Place order", executor=place_order, description="Order the items on the list.",
+                    human_review=review)],
+        session_state={"shopping_list": [], "item_count": 0},
+    )
+
+
 def route_task_request(step_input: StepInput) -> str:
     """Organize words win over manage words, which win over view words (the cookbook's precedence)."""
     words = set(step_input.get_input_as_string().lower().replace(",", " ").split())
@@ -171,6 +205,11 @@ ASSISTANTS: dict[str, Assistant] = {
                   "A workflow that sends each request to a task manager, viewer or organizer.", _task_router),
         Assistant("project-team", "Project team",
                   "A team: a planner adds and deletes project steps, a status tracker updates them.", _project_team),
+        Assistant("approvals", "Shopping with approval",
+                  "A shopping list whose removals wait for your approval, and a delivery that asks you for its date.",
+                  _approvals),
+        Assistant("reviewed-order", "Reviewed order",
+                  "A workflow: a shopping step, a count, then an order that waits for your approval.", _reviewed_order),
     )
 }
 # A new user's first chat (later ones start on the assistant last used): the one README's first example

@@ -52,7 +52,7 @@ def _row_html(session: ChatSession, to_top: bool) -> str:
 
 
 def _session_row(session_pk: int, owner_pk: int | None, to_top: bool) -> str:
-    return _row_html(ChatSession.objects.for_user(owner_pk).get(pk=session_pk), to_top)
+    return _row_html(ChatSession.objects.for_user(owner_pk).for_sidebar().get(pk=session_pk), to_top)
 
 
 async def push_session_row(session_pk: int, owner_pk: int | None, to_top: bool = False) -> None:

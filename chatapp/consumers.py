@@ -18,6 +18,10 @@ ignored like any other extra key):
     {"type": "edit", "run_id": "...", "text": "..."}  that message edited, run again as a sibling branch
     {"type": "branch", "run_id": "..."}             show that version: the session moves to its branch
     {"type": "regenerate_title"}                    ask the model for a new title
+    {"type": "answer", "run_id": "...", "answers": [{"id", "approve"?, "note"?, "input"?}, ...]}
+                                                    continue that reply, which waits for the user (its
+                                                    cards' answers; `answers` may come as JSON text, as
+                                                    a ws-send form posts it; chatapp/live/answers.py)
 
     `text` is 1 to settings.CHAT_MAX_MESSAGE_CHARS characters after trimming; ids are 1 to 64
     characters; a frame is at most CHAT_MAX_JSON_BYTES and nests at most CHAT_MAX_JSON_DEPTH deep
@@ -78,7 +82,8 @@ from .forms import MessageTextError, message_text
 from .live import ID_MAX
 from .rendering import render_composer_text, render_status
 
-FRAME_TYPES = ("send", "stop", "retry", "regenerate", "edit", "branch", "regenerate_title")
+FRAME_TYPES = ("send", "stop", "retry", "regenerate", "edit", "branch", "regenerate_title", "answer")
+MAX_ANSWERS = 50  # cards answered by one frame
 
 
 class FrameError(ValueError):
@@ -96,6 +101,7 @@ class Frame:
     text: str = ""
     run_id: str = ""
     queued_id: str = ""
+    answers: tuple = ()
 
 
 def _id(data: dict, key: str, required: bool = False) -> str:
@@ -140,7 +146,22 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame
         return Frame("stop", run_id=_id(data, "run_id"), queued_id=_id(data, "queued_id"))
     if kind in ("retry", "regenerate", "branch"):
         return Frame(kind, run_id=_id(data, "run_id", required=True))
+    if kind == "answer":
+        return Frame(kind, run_id=_id(data, "run_id", required=True), answers=_answers(data.get("answers")))
     return Frame(kind)
+
+
+def _answers(value) -> tuple:
+    """The cards' answers: a list of objects (or that list as JSON text, as a form posts it)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            raise FrameError("The answers could not be read.") from None
+    if not isinstance(value, list) or not value or len(value) > MAX_ANSWERS \
+            or not all(isinstance(item, dict) for item in value):
+        raise FrameError("The answers could not be read.")
+    return tuple(value)
 
 
 def _alive_session(user, **lookup) -> ChatSession | None:
@@ -234,7 +255,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
                 refusal = "That reply cannot be retried." if frame.type == "retry" else "That message is not in this chat."
                 await self._send_html(render_status(refusal, "error"))
                 return
-        starts_a_run = frame.type in ("send", "retry", "regenerate", "edit")
+        starts_a_run = frame.type in ("send", "retry", "regenerate", "edit", "answer")
         if starts_a_run and (refused := await ratelimits.refuse_message(self.user)):
             await self._send_html(render_status(refused, "error") + _handed_back(sent))  # nothing queued or written
             return
@@ -253,6 +274,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         elif frame.type == "stop":
             if not await live.stop(session, run_id=frame.run_id, queued_id=frame.queued_id):
                 await self._send_html(render_status("Nothing to stop.", "info"))
+        elif frame.type == "answer":
+            if refused := await live.answer(session, self.user, frame.run_id, list(frame.answers)):
+                await self._send_html(render_status(refused, "error"))
         elif frame.type == "regenerate_title":
             if refused := await ratelimits.refuse(ratelimits.TITLES, self.user):
                 await self._send_html(render_status(refused[0], "error"))

@@ -6,7 +6,7 @@ offline one included) never reports a change that did not happen.
 
 from __future__ import annotations
 
-from sessions_core.tools import RunContext
+from sessions_core.tools import RunContext, tool
 
 PRIORITIES = ("low", "medium", "high")
 
@@ -61,6 +61,39 @@ def clear_list(run_context: RunContext) -> str:
     """Remove every item from the shopping list."""
     _shopping_list(run_context).clear()
     return "The list is now empty."
+
+
+# --- the same list with a person in the loop (the "Shopping with approval" assistant) -------------------
+
+# The calls that remove something wait for the user's approval; the delivery asks the user for its date.
+remove_item_approved = tool(requires_confirmation=True)(remove_item)
+clear_list_approved = tool(requires_confirmation=True)(clear_list)
+
+
+def schedule_delivery(run_context: RunContext, date: str) -> str:
+    """Schedule the delivery of the shopping list; the user gives the date.
+
+    Args:
+        date: The delivery date, as YYYY-MM-DD.
+    """
+    items = _shopping_list(run_context)
+    if not items:
+        return "Error: the list is empty, so there is nothing to deliver."
+    run_context.session_state["delivery"] = {"date": str(date).strip(), "items": len(items)}
+    return f"Delivery of {len(items)} item(s) scheduled for {str(date).strip()}."
+
+
+schedule_delivery_asking = tool(requires_user_input=True, user_input_fields=["date"])(schedule_delivery)
+
+
+def place_order(step_input, run_context: RunContext) -> str:
+    """The reviewed workflow's last step (it runs once the user approves it): the order is placed."""
+    items = _shopping_list(run_context)
+    if not items:
+        return "There is nothing to order: the list is empty."
+    orders = run_context.session_state.setdefault("orders", [])
+    orders.append(list(items))
+    return f"Order {len(orders)} placed: {', '.join(map(str, items))}."
 
 
 # --- named records (tasks, project steps) -------------------------------------------------------------

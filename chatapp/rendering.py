@@ -28,7 +28,7 @@ from sessions_core.models import ChatSession, Message, Role, Run, StateChange
 from sessions_core.summary import SessionSummary
 from sessions_core.tools import DELEGATE_TOOL  # a team's delegations are shown as member rows, not tool calls
 
-from . import memories, state_view
+from . import memories, requirement_cards, state_view
 from .assistants import assistant_defaults, assistant_name
 from .sidebar import sidebar_page
 
@@ -262,6 +262,13 @@ class RunView:
     def memories_undone(self) -> bool:
         changes = getattr(self.run, "memory_changes", [])
         return bool(changes) and all(change.undone_at for change in changes)
+    def requirement_cards(self) -> list:
+        """A reply that waits (or waited) for the user: a card per request (requirement_cards.py)."""
+        return requirement_cards.cards(getattr(self.run, "requirements", None))
+
+    @property
+    def waiting(self) -> bool:
+        return requirement_cards.waiting(self.run)
 
     @property
     def usage(self) -> Usage:

@@ -21,9 +21,10 @@ from .bridge import call_sync, run_sync
 from .errors import SessionNotFoundError
 from .history import ChatMessage, MessageSelection, chat_history, session_messages
 from .models import ChatSession, NameSource, Run, RunStatus
-from .outputs import RunOutput
+from .outputs import OUTPUT_CLASSES, RunOutput
 from .owners import owned_session, required_session_id, sessions_of, user_label, validate_session_id
 from .requirements import RunRequirement
+from .review import requirement_from_dict
 from .run import lifecycle
 from .storable import storable
 from .summary import SessionSummary
@@ -185,15 +186,16 @@ class SessionAccessors:
     def _run_output(self, session: ChatSession, run: Run) -> RunOutput:
         """A stored top-level run as the RunOutput a run returned."""
         messages = [ChatMessage.from_row(row) for row in run.messages.using(self.db_alias).order_by("seq")]
-        requirements = [RunRequirement.from_dict(data) for data in run.requirements or []] or None
-        return RunOutput(
+        requirements = [requirement_from_dict(data) for data in run.requirements or []] or None
+        return OUTPUT_CLASSES.get(run.kind, RunOutput)(
             run_id=run.run_id, session_id=session.session_id,
             user_id=user_label(session.owner) if session.owner_id else None, agent_id=self.id,
             agent_name=self.name or "", input=run.input, content=run.content, content_type=run.content_type,
             status=run.status, error=run.error, messages=messages, metrics=run.metrics,
             session_state=session.state_at(run.state_version) if run.state_version is not None else {},
             state_version=run.state_version or 0, model=run.model_id, created_at=int(run.created_at.timestamp()),
-            requirements=requirements, tools=[requirement.tool_execution for requirement in requirements or []],
+            requirements=requirements, tools=[requirement.tool_execution for requirement in requirements or []
+                                              if isinstance(requirement, RunRequirement)],
         )
 
     async def aget_session_summary(self, session_id: str | None = None, user_id=None) -> SessionSummary | None:

@@ -18,6 +18,7 @@ from django.utils.html import format_html, format_html_join
 from .models import (OPEN_STATUSES, USAGE_SUMS, AdminAccess, ChatSession, Message, Run, StateChange, UserMemoryChange,
                      UserMemoryRecord)
 from .component import Component
+from .decisions import decisions as told
 
 TRANSCRIPT_PAGE = 50
 USAGE_DAYS = 30
@@ -171,7 +172,7 @@ class RunAdmin(WrittenByTheEngine):
     list_select_related = ["session"]
     search_fields = ["run_id", "session__session_id", "step_name"]
     raw_id_fields = ["session", "parent_run"]
-    readonly_fields = ["run_id", "metrics", "history_seqs", "requirements", "step_runs"]
+    readonly_fields = ["run_id", "metrics", "history_seqs", "decisions", "requirements", "step_runs"]
     show_full_result_count = False
     actions = ["stop_runs"]
 
@@ -191,6 +192,16 @@ class RunAdmin(WrittenByTheEngine):
             self.message_user(request, f"Asked {stopped} run(s) to stop.", messages.SUCCESS)
         else:
             self.message_user(request, "None of the selected runs is running or queued.", messages.WARNING)
+
+    @admin.display(description="What it waited for")
+    def decisions(self, run):
+        """Each requirement of a run that waited for a person: what was asked, who answered, when, how."""
+        lines = [(item.summary, ", ".join(f"{key}={value}" for key, value in item.arguments.items()))
+                 for item in told(run.requirements)]
+        if not lines:
+            return "-"
+        return format_html("<ul class=\"decisions\">{}</ul>",
+                           format_html_join("", "<li>{} <small>{}</small></li>", lines))
 
     @admin.display(description="Step and member runs")
     def step_runs(self, run):

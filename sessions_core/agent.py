@@ -17,9 +17,7 @@ from .component import Component
 from .config import RunConfig
 from .model_api import Model
 from .outputs import RunOutput
-from .owners import validate_session_id
 from .requirements import RunRequirement
-from .run.pause import ContinuedRun
 from .run.root import RootRun
 from .tools import Function, RunContext, collect_functions
 
@@ -220,19 +218,8 @@ class Agent(Component):
         """Async twin of `continue_run`: await it for the output, or iterate it (stream=True) for events.
         The caller is `user_id` (else the agent's), never the output's: another user's run is refused."""
         self._check_options("acontinue_run", options)
-        answers = list(requirements or [])
-        if run_response is not None:
-            run_id, session_id = run_response.run_id, run_response.session_id
-            answers = list(run_response.requirements or []) + answers
-        elif run_id is None:
-            raise ValueError("Either run_response or run_id must be provided.")
-        elif not (session_id or self.session_id):
-            raise ValueError("Session ID is required to continue a run from a run_id.")
-        stream, stream_events = self._streaming(stream, stream_events)
-        user = user_id if user_id not in (None, "") else self.user_id
-        loop = ContinuedRun(self.run_config(stream_events, options), run_id=str(run_id), answers=answers,
-                            session_id=validate_session_id(session_id or self.session_id), user=user)
-        return self._drive(loop, stream, stream_events, yield_run_output)
+        return self._continue(run_response, run_id, requirements, session_id, user_id, stream, stream_events,
+                              yield_run_output, options)
 
     async def _agenerate_name(self, session_id, user_id) -> tuple[str, bool]:
         """One model call over the last three runs: at most five words (a fallback if the model fails)."""

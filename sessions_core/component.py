@@ -32,7 +32,8 @@ _CONTENT = frozenset({RunEvent.run_content, RunEvent.team_run_content})
 _ERRORS = frozenset({RunEvent.run_error, RunEvent.team_run_error, RunEvent.workflow_error})
 _ENDED_BADLY = _ERRORS | {RunEvent.run_cancelled, RunEvent.team_run_cancelled, RunEvent.workflow_cancelled}
 # A run that waits for a person says so, and says when it goes on, to every stream.
-_WAITING = frozenset({RunEvent.run_paused, RunEvent.run_continued})
+_WAITING = frozenset({RunEvent.run_paused, RunEvent.run_continued, RunEvent.team_run_paused,
+                      RunEvent.team_run_continued, RunEvent.step_paused, RunEvent.step_continued})
 
 
 class Component(SessionAccessors, MemoryAccessors):
@@ -107,6 +108,26 @@ class Component(SessionAccessors, MemoryAccessors):
         """The one way a run is started: await the result for the output, or iterate it (stream=True)."""
         stream, stream_events = self._streaming(stream, stream_events)
         loop = self._loop(input, session_id, user_id, session_state, run_id, stream_events, options, branch)
+        return self._drive(loop, stream, stream_events, yield_run_output)
+
+    def _continue(self, run_response, run_id, answers, session_id, user_id, stream, stream_events,
+                  yield_run_output, options):
+        """Continue a paused run (run/pause.py) with the answers on `run_response` and/or `answers`. The
+        caller is `user_id` (else the component's), never the output's: another user's run is refused."""
+        from .run.pause import ContinuedRun  # (pause.py builds on the run loop, which builds on this module)
+
+        answers = list(answers or [])
+        if run_response is not None:
+            run_id, session_id = run_response.run_id, run_response.session_id
+            answers = list(run_response.requirements or []) + answers
+        elif run_id is None:
+            raise ValueError("Either run_response or run_id must be provided.")
+        elif not (session_id or self.session_id):
+            raise ValueError("Session ID is required to continue a run from a run_id.")
+        stream, stream_events = self._streaming(stream, stream_events)
+        user = user_id if user_id not in (None, "") else self.user_id
+        loop = ContinuedRun(self.run_config(stream_events, options), run_id=str(run_id), answers=answers,
+                            session_id=validate_session_id(session_id or self.session_id), user=user)
         return self._drive(loop, stream, stream_events, yield_run_output)
 
     def _streaming(self, stream, stream_events) -> tuple[bool, bool]:

@@ -65,3 +65,6 @@ class RunConfig:
     # what happens between the run's start and its finish: None is the model loop (an agent's or a
     # team's); a workflow's is its steps. An async generator function of the run (run.BaseRun), yielding events.
     executor: Callable | None = None
+    # A team's: continue one of its paused member runs (member id, run id, answers) inside a continued
+    # team run (run/pause.py); an async iterator of the member's events, then its reply.
+    resume_member: Callable | None = None

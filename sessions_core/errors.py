@@ -54,6 +54,14 @@ class Paused(Exception):
     """A run stops to wait for a person (raised by its model loop; the run is stored paused)."""
 
 
+class ChildPaused(Paused):
+    """A run inside this one (a team's member, a workflow's agent or team step) paused: this one waits too."""
+
+    def __init__(self, child):
+        super().__init__()
+        self.child = child  # the paused run (run.child.ChildRun)
+
+
 class Cancelled(Exception):
     """A run was asked to stop (raised inside it, at the next point where it looks)."""
 

@@ -43,6 +43,8 @@ class RunEvent(str, Enum):
     team_run_completed = "TeamRunCompleted"
     team_run_error = "TeamRunError"
     team_run_cancelled = "TeamRunCancelled"
+    team_run_paused = "TeamRunPaused"
+    team_run_continued = "TeamRunContinued"
     # workflows
     workflow_started = "WorkflowStarted"
     workflow_completed = "WorkflowCompleted"
@@ -51,6 +53,8 @@ class RunEvent(str, Enum):
     step_started = "StepStarted"
     step_completed = "StepCompleted"
     step_error = "StepError"
+    step_paused = "StepPaused"
+    step_continued = "StepContinued"
     steps_execution_started = "StepsExecutionStarted"
     steps_execution_completed = "StepsExecutionCompleted"
     condition_execution_started = "ConditionExecutionStarted"
@@ -195,6 +199,37 @@ class RunContinuedEvent(BaseRunEvent):
     """A paused run goes on (`continue_run`): the first event of its stream, under the same run id."""
 
     event = RunEvent.run_continued
+
+
+@dataclass(kw_only=True)
+class TeamRunPausedEvent(RunPausedEvent):
+    """The team's run waits for a person: its own tool's call, or a member's (the requirement names it)."""
+
+    event = RunEvent.team_run_paused
+
+
+@dataclass(kw_only=True)
+class TeamRunContinuedEvent(RunContinuedEvent):
+    event = RunEvent.team_run_continued
+
+
+@dataclass(kw_only=True)
+class StepPausedEvent(RunPausedEvent):
+    """The workflow's run waits for a person at step `step_name`: its review, or its agent's or team's
+    tool call (`requirements` holds the StepRequirements; the last is the open one)."""
+
+    event = RunEvent.step_paused
+
+    @property
+    def step_requirement(self):
+        return self.requirements[-1] if self.requirements else None
+
+
+@dataclass(kw_only=True)
+class StepContinuedEvent(RunContinuedEvent):
+    """A paused workflow run goes on at step `step_name` (`Workflow.continue_run`)."""
+
+    event = RunEvent.step_continued
 
 
 @dataclass(kw_only=True)
@@ -406,8 +441,10 @@ RUN_EVENT_CLASSES = {
               "cancelled": RunCancelledEvent, "paused": RunPausedEvent, "continued": RunContinuedEvent},
     "team": {"started": TeamRunStartedEvent, "content": TeamRunContentEvent,
              "tool_started": TeamToolCallStartedEvent, "tool_completed": TeamToolCallCompletedEvent,
-             "completed": TeamRunCompletedEvent, "error": TeamRunErrorEvent, "cancelled": TeamRunCancelledEvent},
+             "completed": TeamRunCompletedEvent, "error": TeamRunErrorEvent, "cancelled": TeamRunCancelledEvent,
+             "paused": TeamRunPausedEvent, "continued": TeamRunContinuedEvent},
 }
 RUN_EVENT_CLASSES["workflow"] = {**RUN_EVENT_CLASSES["agent"], "started": WorkflowStartedEvent,
                                  "completed": WorkflowCompletedEvent, "error": WorkflowErrorEvent,
-                                 "cancelled": WorkflowCancelledEvent}
+                                 "cancelled": WorkflowCancelledEvent, "paused": StepPausedEvent,
+                                 "continued": StepContinuedEvent}

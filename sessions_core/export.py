@@ -81,6 +81,8 @@ def _run(run: Run) -> dict:
         "created_at": _time(run.created_at), "finished_at": _time(run.finished_at), "metrics": run.metrics,
         "state_version": run.state_version, "messages": [_message(message) for message in run.shown],
     }
+    if run.requirements:  # what it waited for (or waits for) and every answer
+        data["requirements"] = run.requirements
     if run.parent_run_id is None:  # where it sits in the tree of branches
         data.update(follows=run.follows.run_id if run.follows_id else None, abandoned=run.abandoned)
     steps = getattr(run, "steps", None) or []
@@ -157,7 +159,7 @@ def export_markdown(session: ChatSession, assistant_name: str = "") -> Iterator[
 
 
 _ENDINGS = {RunStatus.ERROR: "The reply failed", RunStatus.CANCELLED: "The reply was stopped",
-            RunStatus.INTERRUPTED: "The reply was interrupted"}
+            RunStatus.INTERRUPTED: "The reply was interrupted", RunStatus.PAUSED: "The reply waits for a person"}
 MARKDOWN_TOOL_CHARS = 1000  # a tool's arguments or result, in the Markdown (the JSON has them whole)
 
 
@@ -222,6 +224,7 @@ class _RunIn(pydantic.BaseModel):
     created_at: datetime | None = None
     finished_at: datetime | None = None
     metrics: dict = {}
+    requirements: list[dict] | None = None
     messages: list[_MessageIn] = []
     steps: list[_RunIn] = []  # a workflow's steps, a team's members
     run_id: str | None = None  # the exported id, which `follows` names; the import gives the run a new one
@@ -388,7 +391,17 @@ def _imported_run(session: ChatSession, run: _RunIn, parent: Run | None, now) ->
         input=storable(run.input if run.input is not None else _first_user_text(run)),
         content=storable(run.content if run.content is not None else _reply_text(run)),
         error=storable(run.error), model_id=storable(run.model)[:128], metrics=storable_tree(run.metrics),
-        created_at=_aware(run.created_at) or now, finished_at=_aware(run.finished_at or run.created_at) or now)
+        requirements=_imported_requirements(run.requirements),
+        created_at=_aware(run.created_at) or now,
+        finished_at=None if run.status == RunStatus.PAUSED else _aware(run.finished_at or run.created_at) or now)
+
+
+def _imported_requirements(requirements: list[dict] | None) -> list[dict] | None:
+    """A run's requirements as the document has them, each marked imported: an imported paused run is
+    shown waiting, and cannot be continued (its tools are not this app's to run)."""
+    if not requirements:
+        return None
+    return [{**storable_tree(requirement), "imported": True} for requirement in requirements]
 
 
 def _aware(value: datetime | None) -> datetime | None:

@@ -76,11 +76,14 @@ class ChatSessionQuerySet(models.QuerySet):
         return self.filter(deleted_at__isnull=False)
 
     def for_sidebar(self):
-        """Only what a list row needs: never the state, summary or messages."""
+        """Only what a list row needs: never the state, summary or messages; `is_waiting`: a run of it
+        waits for the user (paused; one look each on the runs' (session, status) index)."""
+        waiting = Run.objects.filter(session_id=models.OuterRef("pk"), status=RunStatus.PAUSED,
+                                     parent_run__isnull=True)
         return self.only(
             "id", "session_id", "owner_id", "kind", "component_id", "name", "name_source",
             "created_at", "last_activity_at", "pinned_at", "deleted_at", "lease_expires_at",
-        ).order_by("-last_activity_at", "-id")
+        ).annotate(is_waiting=models.Exists(waiting)).order_by("-last_activity_at", "-id")
 
 
 class ChatSession(models.Model):

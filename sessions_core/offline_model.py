@@ -309,6 +309,8 @@ def _plan_turn(messages: list[dict], tools: list[dict]) -> tuple[str, list[tuple
             return _left_off(messages, said).strip(), []
     if calls:
         return "", calls
+    if call := _named_tool_call(said, tools, box):
+        return "", [call]
     request = _parse_request(said)
     if request is not None and box.update_state:
         return _update_state(request, box.update_state, _session_state(messages))
@@ -836,6 +838,8 @@ def _report_tool_results(messages: list[dict], box: _Toolbox) -> str:
         result = results.get(call.get("id"), "")
         if name == DELEGATE_TOOL:
             report.sentences.append(_delegation_report(arguments, result, _team_members(messages)))
+        elif result.startswith(_REJECTED):
+            report.sentences.append(_rejection_report(name, result))
         elif _failed(result, box.role(name)):
             report.sentences.append(f"{name} failed: {_sentence(_without_error_prefix(result))}")
         elif _unchanged(result, box.role(name)) or name in box.record_tools:
@@ -1140,3 +1144,29 @@ def _title(messages: list[dict]) -> str:
     words = re.sub(r"[\"“”‘’`]", "", text).strip(" .!?").split()[:5]
     title = " ".join(words).strip(" .!?,")
     return title[:1].upper() + title[1:] if title else "Offline demo chat"
+
+
+# --- runs that wait for a person (human in the loop) ---------------------------------------------------
+
+_REJECTED = "Function call was rejected by the user."  # run/pause.py's words for a rejected call
+_GENERIC_WORDS = {"get", "set", "do", "make", "the", "a", "an", "my", "to", "of", "for"}
+
+
+def _named_tool_call(said: str, tools: list[dict], box: _Toolbox) -> tuple[str, dict] | None:
+    """A tool of no known role offered without arguments (a person gives them: its user-input fields)
+    whose name the user says ("schedule the delivery" calls schedule_delivery), with no arguments."""
+    words = _stems(said)
+    for tool in tools:
+        function = tool.get("function", {})
+        if (function.get("parameters") or {}).get("properties") or box.role(function.get("name", "")):
+            continue
+        wanted = {_stem(word) for word in _name_words(function.get("name", ""))} - _GENERIC_WORDS
+        if wanted and wanted <= words:
+            return function["name"], {}
+    return None
+
+
+def _rejection_report(name: str, result: str) -> str:
+    """What the model says of a call the user rejected: nothing was done, and the user's note."""
+    note = result[len(_REJECTED):].strip().removeprefix("Note:").strip()
+    return f"You did not approve {name}, so nothing was changed." + (f" Your note: {_sentence(note)}" if note else "")

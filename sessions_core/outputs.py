@@ -46,17 +46,21 @@ class RunOutput:
         """The requirements still waiting for an answer."""
         return [requirement for requirement in self.requirements or [] if not requirement.is_resolved()]
 
+    def _tool_requirements(self) -> list:
+        """The open requirements of tool calls (a workflow's are its steps', review.py)."""
+        return [r for r in self.active_requirements if hasattr(r, "tool_execution")]
+
     @property
     def tools_requiring_confirmation(self) -> list[ToolExecution]:
-        return [r.tool_execution for r in self.active_requirements if r.needs_confirmation]
+        return [r.tool_execution for r in self._tool_requirements() if r.needs_confirmation]
 
     @property
     def tools_requiring_user_input(self) -> list[ToolExecution]:
-        return [r.tool_execution for r in self.active_requirements if r.needs_user_input]
+        return [r.tool_execution for r in self._tool_requirements() if r.needs_user_input]
 
     @property
     def tools_awaiting_external_execution(self) -> list[ToolExecution]:
-        return [r.tool_execution for r in self.active_requirements if r.needs_external_execution]
+        return [r.tool_execution for r in self._tool_requirements() if r.needs_external_execution]
 
 
 @dataclass
@@ -79,6 +83,20 @@ class WorkflowRunOutput(RunOutput):
     """A workflow's run: the last step's content, every step's result (nested for containers), the final state."""
 
     step_results: list = field(default_factory=list)
+
+    @property
+    def step_requirements(self) -> list:
+        """Every StepRequirement of the run (review.py), answered or not."""
+        return self.requirements or []
+
+    @property
+    def active_step_requirements(self) -> list:
+        return self.active_requirements
+
+    @property
+    def paused_step_name(self) -> str | None:
+        active = self.active_requirements
+        return active[-1].step_name if active else None
 
     @property
     def workflow_id(self) -> str:

@@ -111,6 +111,12 @@ class RunRequirement:
     # Set when a continuation takes the answer (stored with the run).
     answered_at: datetime | None = None
     answered_by: str | None = None
+    # A team member's call (Agno's names): the member, its paused run, and the team's delegation call
+    # that the member's run answers once it is continued.
+    member_agent_id: str | None = None
+    member_agent_name: str | None = None
+    member_run_id: str | None = None
+    member_call_id: str | None = None
 
     @property
     def user_input_schema(self) -> list[UserInputField] | None:
@@ -138,6 +144,11 @@ class RunRequirement:
         if execution.requires_user_input:
             return "user_input"
         return "confirmation"
+
+    @property
+    def label(self) -> str:
+        """What it is about, for an error message: the tool's name."""
+        return self.tool_execution.tool_name
 
     def is_resolved(self) -> bool:
         return not (self.needs_confirmation or self.needs_user_input or self.needs_external_execution)
@@ -204,7 +215,9 @@ class RunRequirement:
         data = {"id": self.id, "created_at": _time(self.created_at), "tool_execution": self.tool_execution.to_dict(),
                 "confirmation": self.confirmation, "confirmation_note": self.confirmation_note,
                 "user_input": self.user_input, "external_execution_result": self.external_execution_result,
-                "answered_at": _time(self.answered_at), "answered_by": self.answered_by}
+                "answered_at": _time(self.answered_at), "answered_by": self.answered_by,
+                "member_agent_id": self.member_agent_id, "member_agent_name": self.member_agent_name,
+                "member_run_id": self.member_run_id, "member_call_id": self.member_call_id}
         return {key: value for key, value in data.items() if value is not None}
 
     @classmethod
@@ -213,7 +226,16 @@ class RunRequirement:
                    created_at=_parse_time(data.get("created_at")), confirmation=data.get("confirmation"),
                    confirmation_note=data.get("confirmation_note"), user_input=data.get("user_input"),
                    external_execution_result=data.get("external_execution_result"),
-                   answered_at=_parse_time(data.get("answered_at")), answered_by=data.get("answered_by"))
+                   answered_at=_parse_time(data.get("answered_at")), answered_by=data.get("answered_by"),
+                   member_agent_id=data.get("member_agent_id"), member_agent_name=data.get("member_agent_name"),
+                   member_run_id=data.get("member_run_id"), member_call_id=data.get("member_call_id"))
+
+    def for_member(self, member_id: str, member_name: str, member_run_id: str, call_id: str) -> RunRequirement:
+        """A copy of this (a member run's requirement) as its team's run lists it: the same id, naming the member."""
+        copy = RunRequirement.from_dict(self.to_dict())
+        copy.member_agent_id, copy.member_agent_name = member_id, member_name
+        copy.member_run_id, copy.member_call_id = member_run_id, call_id
+        return copy
 
 
 def tool_execution_from_dict(data: dict) -> ToolExecution:

@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from . import events as ev
 from .bridge import call_sync
 from .config import RunConfig
-from .errors import Cancelled, RunFailed
+from .errors import Cancelled, ChildPaused, RunFailed
 from .models import RunStatus
 
 ON_ERROR = ("fail", "skip")
@@ -312,7 +312,7 @@ class Step(_Primitive):
     def __init__(self, name: str | None = None, agent=None, team=None, executor: Callable | None = None, *,
                  step_id: str | None = None, description: str | None = None, max_retries: int = 0,
                  on_error: str = "fail", add_workflow_history: bool | None = None,
-                 num_history_runs: int | None = None):
+                 num_history_runs: int | None = None, human_review=None):
         given = [value for value in (agent, team, executor) if value is not None]
         if len(given) != 1:
             raise WorkflowDefinitionError("A Step needs exactly one of agent=, team= or executor=.")
@@ -330,6 +330,7 @@ class Step(_Primitive):
         self.on_error = on_error
         self.add_workflow_history = add_workflow_history
         self.num_history_runs = num_history_runs
+        self.human_review = human_review  # review.HumanReview: a person confirms or fills in before it runs
         self._function_configs: dict[str, RunConfig] = {}  # by database alias
 
     def __repr__(self) -> str:
@@ -386,15 +387,24 @@ class Step(_Primitive):
                 executor=_function_executor(self.executor, self.name), system_message="", stream_events=True)
         return config, content_text(step_input.input)
 
-    async def execute(self, context: StepContext, step_input: StepInput) -> AsyncIterator:
+    async def execute(self, context: StepContext, step_input: StepInput, resume=None,
+                      pausable: bool = False) -> AsyncIterator:
+        """Run the step (retried as asked). `pausable` (a workflow's top-level step): an agent or team
+        whose tool waits for a person pauses the workflow (ChildPaused); `resume` (review.StepRequirement)
+        continues the step's paused run with the answers to its executor's requirements."""
         loop, tracker = context.loop, context.loop.tracker
         error, child = "", None
         for attempt in range(self.max_retries + 1):
             loop.check_cancelled()
             config, message = self._config(context, step_input)
-            child = loop.child(config, message, step_name=self.name, source_prefix=f"step:{self.name}/")
+            if resume is not None and attempt == 0:
+                child = loop.continued_child(config, resume.executor_run_id, resume.executor_requirements,
+                                             step_name=self.name, source_prefix=f"step:{self.name}/")
+            else:
+                child = loop.child(config, message, step_name=self.name, source_prefix=f"step:{self.name}/")
+            child.pausable = pausable
             child.step_input, child.step_context = step_input, context  # what a function step's executor reads
-            if context.streams:
+            if context.streams and not child.continued:  # (a resumed step's run says StepContinued instead)
                 yield context.event(ev.StepStartedEvent, run_id=child.run_id, step_name=self.name,
                                     executor_type=self.executor_type, executor_name=self.executor_name,
                                     executor_id=config.component_id)
@@ -406,6 +416,8 @@ class Step(_Primitive):
             out = child.output
             if out.status == RunStatus.CANCELLED:
                 raise Cancelled()
+            if out.status == RunStatus.PAUSED:
+                raise ChildPaused(child)
             if out.status == RunStatus.COMPLETED:
                 # Named for this step; built field by field (quicker than dataclasses.replace, on a path
                 # every function step takes) unless the function returned a StepOutput of its own kind.

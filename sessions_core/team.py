@@ -17,7 +17,7 @@ from dataclasses import replace
 from .agent import Agent
 from .bridge import run_sync
 from .config import RunConfig
-from .errors import Cancelled
+from .errors import Cancelled, ChildPaused
 from .history import ChatMessage, MessageSelection
 from .models import RunStatus
 from .tools import DELEGATE_TOOL, Function, collect_functions
@@ -89,7 +89,12 @@ class Team(Agent):
             for member in self.members)
         block = (f"You lead a team. Delegate work to its members with {DELEGATE_TOOL}(member_id, task); "
                  f"their replies come back to you.\n<team_members>\n{roster}\n</team_members>")
-        return replace(config, description="\n\n".join(part for part in (self.description, block) if part))
+        return replace(config, description="\n\n".join(part for part in (self.description, block) if part),
+                       resume_member=self._resume_member)
+
+    def _member_config(self, loop, member) -> RunConfig:
+        return replace(member.base_config(), alias=loop.alias, stream_events=loop.config.stream_events,
+                       dependencies={**loop.config.dependencies, **member.dependencies})
 
     async def _delegate(self, loop, args: dict) -> AsyncIterator:
         """The member run of one delegation, inside the team's run; ends with the tool's result."""
@@ -102,18 +107,39 @@ class Team(Agent):
         if not isinstance(task, str) or not task.strip():
             yield "Error: the task is empty."
             return
-        config = replace(member.base_config(), alias=loop.alias, stream_events=loop.config.stream_events,
-                         dependencies={**loop.config.dependencies, **member.dependencies})
         name = member.name or member.id
-        child = loop.child(config, task, step_name=name, source_prefix=f"member:{name}/")
+        child = loop.child(self._member_config(loop, member), task, step_name=name, source_prefix=f"member:{name}/")
+        async with aclosing(self._member_run(loop, child)) as results:
+            async for item in results:
+                yield item
+
+    async def _resume_member(self, loop, member_id: str, run_id: str, answers: list) -> AsyncIterator:
+        """A member run that paused, continued with `answers` inside the team's continued run."""
+        member = self.member(member_id)
+        if member is None:
+            yield f"Error: there is no member {member_id!r} in this team any more."
+            return
+        name = member.name or member.id
+        child = loop.continued_child(self._member_config(loop, member), run_id, answers, step_name=name,
+                                     source_prefix=f"member:{name}/")
+        async with aclosing(self._member_run(loop, child)) as results:
+            async for item in results:
+                yield item
+
+    async def _member_run(self, loop, child) -> AsyncIterator:
+        """The member run's events, then its reply as the delegation's result; a member that waits for a
+        person makes the team wait (ChildPaused) when the team's run can."""
+        child.pausable = loop.can_pause
         async with aclosing(child.events()) as events:
             async for event in events:
                 yield event
-        output = child.output
+        output, name = child.output, child.step_name
         if hasattr(loop.output, "member_responses"):
             loop.output.member_responses.append(output)
         if output.status == RunStatus.CANCELLED:
             raise Cancelled()
+        if output.status == RunStatus.PAUSED:
+            raise ChildPaused(child)
         if output.status != RunStatus.COMPLETED:
             yield f"Error: {name} failed: {output.error}"
             return

@@ -20,7 +20,8 @@ from .history import ChatMessage
 from .models import Role, Run, RunStatus
 from .run.base import BaseRun
 from .run.root import RootRun
-from .steps import StepContext, StepInput, StepOutput, as_steps, content_text, deepest_content, run_sequence
+from .review import nested_reviews, run_top_level
+from .steps import StepContext, StepInput, StepOutput, WorkflowDefinitionError, as_steps, content_text, deepest_content
 
 __all__ = ["Workflow"]
 
@@ -60,6 +61,10 @@ class Workflow(Component):
         self.description = description
         self.id = id or (_slug(name) if name else "") or "workflow"
         self.steps = as_steps(steps)
+        nested = nested_reviews(self.steps)
+        if nested:
+            raise WorkflowDefinitionError(f"A human_review pauses a workflow only on its top-level steps, not on "
+                                          f"{', '.join(map(repr, nested))}.")
         self.session_state = state_module.to_json(session_state or {})
         self.overwrite_db_session_state = overwrite_db_session_state
         self.session_id = session_id
@@ -114,7 +119,9 @@ class Workflow(Component):
         step_input = StepInput(input=loop.raw_input, additional_data=loop.additional_data,
                                workflow_history=history)
         outputs: list[StepOutput] = []
-        async for item in run_sequence(self.steps, context, step_input, outputs):
+        # A continued run (run/pause.py) resumes at the step its answered requirement names.
+        resume = next((r for r in getattr(loop, "answers", []) if hasattr(r, "step_index")), None)
+        async for item in run_top_level(self.steps, context, step_input, outputs, resume):
             yield item
         loop.output.step_results = outputs
         content = deepest_content(outputs[-1]) if outputs else None
@@ -122,6 +129,29 @@ class Workflow(Component):
         if content is not None and not isinstance(content, str):
             loop.output.content_type = type(content).__name__
         loop.new_messages.append(ChatMessage(role=Role.ASSISTANT, content=content_text(content)))
+
+    # -- runs that wait for a person (review.py) ---------------------------------------------------
+
+    def continue_run(self, run_response=None, *, run_id: str | None = None, session_id: str | None = None,
+                     step_requirements: list | None = None, user_id=None, stream: bool | None = None,
+                     stream_events: bool | None = None, yield_run_output: bool = False, **options):
+        """Resume a paused workflow run at its paused step: `continue_run(run_response=out)` (its step
+        requirements answered) or `continue_run(run_id=..., session_id=..., step_requirements=[...])`."""
+        self._check_options("continue_run", options)
+        return self._sync(lambda streaming: self.acontinue_run(
+            run_response, run_id=run_id, session_id=session_id, step_requirements=step_requirements,
+            user_id=user_id, stream=streaming, stream_events=stream_events, yield_run_output=yield_run_output,
+            **options), stream)
+
+    def acontinue_run(self, run_response=None, *, run_id: str | None = None, session_id: str | None = None,
+                      step_requirements: list | None = None, user_id=None, stream: bool | None = None,
+                      stream_events: bool | None = None, yield_run_output: bool = False,
+                      requirements: list | None = None, **options):
+        """Async twin of `continue_run`: await it for the output, or iterate it (stream=True) for events.
+        (`requirements=` is taken too, as an Agent's continue_run names them.)"""
+        self._check_options("acontinue_run", options)
+        return self._continue(run_response, run_id, [*(step_requirements or []), *(requirements or [])], session_id,
+                              user_id, stream, stream_events, yield_run_output, options)
 
     def _history_window(self) -> int:
         """How many earlier runs any step may be shown (0: none asks): one query reads them all."""

@@ -33,7 +33,8 @@ def _fresh_registry():
 
 
 def test_the_registry_offers_general_shopping_and_agentic_notes():
-    assert list(ASSISTANTS) == ["general", "shopping", "notes", "shopping-workflow", "task-router", "project-team"]
+    assert list(ASSISTANTS) == ["general", "shopping", "notes", "shopping-workflow", "task-router", "project-team",
+                                "approvals", "reviewed-order"]
     general, shopping, notes = (get_assistant(name) for name in ("general", "shopping", "notes"))
     assert general.add_history_to_context and general.markdown
     assert set(shopping.functions()) == {"add_item", "remove_item", "list_items", "clear_list"}

@@ -183,13 +183,13 @@ class TestPause(HumanInTheLoopMixin, TestCase):
         events = list(self.shopper(session_id="t").run("tidy up", stream=True))
         assert kinds(events) == ["RunPaused"]
 
-    def test_a_teams_run_never_runs_such_a_tool_unanswered(self):
-        from sessions_core import Team
+    def test_a_step_below_a_workflows_top_level_never_runs_such_a_tool_unanswered(self):
+        from sessions_core import Parallel, Workflow
 
-        team = Team(name="Crew", model=self.model, members=[self.agent(name="Helper")], tools=[delete_file],
-                    user_id="ann", session_id="team")
+        agent = self.agent(name="Helper", tools=[delete_file])
+        workflow = Workflow(name="W", steps=[Parallel(agent)], user_id="ann", session_id="wf")
         self.llm.add(ToolCalls([("delete_file", {"path": "a.txt"})]), Text("I could not."))
-        output = team.run("delete a.txt")
+        output = workflow.run("delete a.txt")
 
         assert output.status == RunStatus.COMPLETED and "deleted" not in output.session_state
         assert "waits for a person's answer" in self.llm.requests[1]["messages"][-1]["content"]

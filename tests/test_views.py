@@ -394,8 +394,12 @@ class TestSidebarList(WebTestCase):
         assert len(listing) == 2  # unpinned page + pinned
         for sql in listing:
             assert "session_state" not in sql and "summary" not in sql and "metadata" not in sql
-        assert not any("sessions_core_message" in q["sql"] or "sessions_core_run" in q["sql"]
+        # No query of its own on runs or messages: a row's "waits for you" mark is an EXISTS on the runs'
+        # (session, status) index inside the listing's own query.
+        assert not any("sessions_core_message" in q["sql"] for q in queries.captured_queries)
+        assert not any("sessions_core_run" in q["sql"] and "sessions_core_chatsession" not in q["sql"]
                        for q in queries.captured_queries)
+        assert all("EXISTS" in sql.upper() for sql in listing if "sessions_core_run" in sql)
         assert len(queries.captured_queries) <= 4  # + the auth session and user
 
     def test_running_sessions_show_an_indicator(self):

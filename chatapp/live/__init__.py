@@ -8,6 +8,7 @@ tab of their session through the channel layer, stopped, queued, and caught up w
     fragments.py  HTML for a run's events, from view objects made from them; runs drawn from the database
     follower.py   one per socket: the catch-up when it connects, token batches applied in order, gaps filled
     actions.py    what a socket asks besides a message: retry, regenerate or edit, another version, stop
+    answers.py    a reply that waits for the user, answered from its cards and continued
     leases.py     whether a run holds a session; runs left running by a process that stopped
 
 The consumer (chatapp/consumers.py) and the views use the names below.
@@ -21,10 +22,11 @@ import time
 from .. import titles
 from . import runner
 from .actions import find_run, regenerate, retry, stop, switch_branch
+from .answers import answer
 from .follower import ID_MAX, Follower
 from .queue import adopt_orphans, queued, submit
 
-__all__ = ["ID_MAX", "Follower", "adopt_orphans", "find_run", "queued", "regenerate", "retry", "stop", "submit",
+__all__ = ["ID_MAX", "Follower", "adopt_orphans", "answer", "find_run", "queued", "regenerate", "retry", "stop", "submit",
            "switch_branch", "wait_idle"]
 
 

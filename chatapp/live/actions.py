@@ -11,7 +11,7 @@ from sessions_core.component import Component
 from sessions_core.models import ChatSession, Run, RunStatus
 
 from .. import assistants, rendering
-from ..broadcast import abroadcast_to_session
+from ..broadcast import abroadcast_to_session, push_session_row
 from . import fragments, leases, queue, runner, streaming
 
 
@@ -58,6 +58,8 @@ async def stop(session: ChatSession, run_id: str = "", queued_id: str = "") -> b
     if not run_id and current is None and await runner.stop_before_start(session.pk):
         return True  # no run yet: it is cancelled where it waits, or as it starts
     run_id = run_id or (current.run_id if current else "")
+    if current is None and await _stop_waiting(session, run_id):
+        return True
     if current is None or current.run_id != run_id:
         running = Run.objects.filter(session_id=session.pk, status=RunStatus.RUNNING)
         if run_id:
@@ -72,6 +74,24 @@ async def stop(session: ChatSession, run_id: str = "", queued_id: str = "") -> b
                 await abroadcast_to_session(session.pk, html)
             return bool(html)
     return await Component.acancel_run(run_id)
+
+
+async def _stop_waiting(session: ChatSession, run_id: str) -> bool:
+    """Stop a reply that waits for the user (a paused run: the given one, else the newest, when nothing runs):
+    the engine's cancel ends it at once, and every tab shows it stopped."""
+    paused = Run.objects.filter(session_id=session.pk, status=RunStatus.PAUSED, parent_run__isnull=True)
+    if run_id:
+        paused = paused.filter(run_id=run_id)
+    elif await Run.objects.filter(session_id=session.pk, status=RunStatus.RUNNING).aexists():
+        return False  # Stop means the run in flight
+    run = await paused.order_by("-pk").only("run_id").afirst()
+    if run is None or not await Component.acancel_run(run.run_id):
+        return False
+    html = await sync_to_async(fragments.stored_reply)(session.pk, run.run_id)
+    await abroadcast_to_session(session.pk, (html[0] if html else "") + rendering.render_status(
+        "Stopped. The request is no longer waiting."))
+    await push_session_row(session.pk, session.owner_id)  # its waiting mark goes
+    return True
 
 
 async def _drop(session: ChatSession, run_id: str) -> bool:

@@ -22,6 +22,7 @@ STATUS_NOTES = {
     RunStatus.CANCELLED: ("Stopped. The partial reply was kept.", "info"),
     RunStatus.ERROR: ("The reply failed. You can retry it.", "error"),
     RunStatus.INTERRUPTED: ("The reply was interrupted.", "error"),
+    RunStatus.PAUSED: ("The reply waits for your answer.", "info"),
 }
 INTERRUPTED_NOTE = STATUS_NOTES[RunStatus.INTERRUPTED]
 
@@ -60,6 +61,12 @@ def started_run(event) -> StreamedRun:
     """A run from its start event (RunStarted, TeamRunStarted, WorkflowStarted), which carries its input."""
     return StreamedRun(run_id=event.run_id, kind=_kind(event), input=event.input,
                        model_id=getattr(event, "model", ""), component_id=event.agent_id, step_name=event.step_name)
+
+
+def continued_run(event, input: str) -> StreamedRun:
+    """A paused run that goes on (from RunContinued, TeamRunContinued or StepContinued), its input as stored."""
+    kind = {"TeamRunContinued": "team", "StepContinued": "workflow"}.get(str(event.event), "agent")
+    return StreamedRun(run_id=event.run_id, kind=kind, input=input, component_id=event.agent_id)
 
 
 def started_step(event) -> tuple[StreamedRun, bool]:

@@ -34,15 +34,15 @@ from django.conf import settings
 from django.utils import timezone
 
 from sessions_core.component import Component
-from sessions_core.errors import QueuedRunTakenError
-from sessions_core.events import RunEvent
+from sessions_core.errors import QueuedRunTakenError, RunNotContinuableError, UnresolvedRequirementsError
+from sessions_core.events import RunContinuedEvent, RunEvent
 from sessions_core.models import ChatSession, NameSource, RunStatus
 from sessions_core.run.lifecycle import LEASE_SECONDS
 from sessions_core.tools import DELEGATE_TOOL
 
 from .. import assistants, dbthreads, memories, rendering, state_view, titles
 from ..broadcast import abroadcast_to_session, asend_to_session, push_row
-from . import fragments, leases
+from . import answers, fragments, leases
 from .streaming import LiveRun, done_streaming, streaming
 
 logger = logging.getLogger("chatapp.live")
@@ -60,6 +60,7 @@ class Prompt:
     cancelled: bool = False
     run_id: str = ""  # its run's (given to the engine for a new message; a new version's, once it started)
     adopt: bool = False  # a queued run whose process stopped, taken over (queue.adopt_orphans)
+    answers: list | None = None  # a paused run's answered requirements: the run `run_id` continues (answers.py)
     stored: asyncio.Event = field(default_factory=asyncio.Event)  # its run is stored (queued or started), or over
 
 
@@ -133,6 +134,9 @@ _ROLES = {
     RunEvent.session_summary_completed: "summary",
     RunEvent.memory_update_completed: "memory",
     RunEvent.step_started: "step",
+    # A run that waits for a person ends its stream so (drawn as stored: its cards); it goes on as it started.
+    **dict.fromkeys((RunEvent.run_paused, RunEvent.team_run_paused, RunEvent.step_paused), "done"),
+    **dict.fromkeys((RunEvent.run_continued, RunEvent.team_run_continued, RunEvent.step_continued), "started"),
 }
 _TOOL_STARTED = (RunEvent.tool_call_started, RunEvent.team_tool_call_started)
 
@@ -143,6 +147,13 @@ def event_role(event) -> str | None:
 
 class _End:
     """Marks the end of a run's event stream."""
+
+
+@dataclass
+class _Refused:
+    """The engine refused to continue a paused run (nothing changed): why."""
+
+    reason: str
 
 
 _FLUSH = object()  # queued by the batch timer: send the text gathered so far
@@ -182,7 +193,9 @@ async def _read(agent, session: ChatSession, item: Prompt, events: asyncio.Queue
     """The engine's stream, read by a task of its own: the pump waits on the queue (and the batch timer)
     without ever interrupting a read."""
     options = dict(session_id=session.session_id, user_id=item.user, stream=True, stream_events=True)
-    if item.adopt:
+    if item.answers is not None:
+        stream = agent.acontinue_run(run_id=item.run_id, requirements=item.answers, **options)
+    elif item.adopt:
         stream = agent.arun(None, run_id=item.run_id, **options)
     elif item.branch is None:
         stream = agent.arun(item.text, run_id=item.run_id, **options)
@@ -200,6 +213,8 @@ async def _read(agent, session: ChatSession, item: Prompt, events: asyncio.Queue
                 events.put_nowait(event)
     except QueuedRunTakenError:  # another process took this queued run over a moment before: it runs there
         pass
+    except (RunNotContinuableError, UnresolvedRequirementsError) as exc:  # answered in another tab, or stopped
+        events.put_nowait(_Refused(str(exc)))
     except Exception as exc:  # noqa: BLE001 - handed to the pump, which raises it
         events.put_nowait(exc)
     finally:
@@ -226,6 +241,11 @@ async def _pump(session: ChatSession, item: Prompt, agent) -> None:
                 break
             if isinstance(event, Exception):
                 raise event
+            if isinstance(event, _Refused):  # the cards show the run as it is stored now
+                html = await dbthreads.run(fragments.stored_reply, pk, item.run_id)
+                await abroadcast_to_session(pk, (html[0] if html else "")
+                                            + rendering.render_status(event.reason, "error"))
+                continue
             kind = event_role(event)
             if live is not None and event.run_id != live.run_id and kind != "state":
                 await _step_event(pk, live, kind, event)  # a workflow's step, a team's member
@@ -234,6 +254,13 @@ async def _pump(session: ChatSession, item: Prompt, agent) -> None:
                 session, queued = None, True  # the row is read as it is when the run starts
                 note = rendering.render_oob(rendering.render_queued(event), "beforeend:#queue")
                 await abroadcast_to_session(pk, note + rendering.render_status(fragments.QUEUED_STATUS))
+            elif kind == "started" and item.answers is not None:  # a paused run goes on, in place
+                if session is None:
+                    session = await _current(pk, owner_pk, item)
+                    if session is None:
+                        return
+                live = LiveRun(fragments.continued_run(event, item.text))
+                await _started(session, item, live, queued, continued=True)
             elif kind == "started":
                 if session is None:
                     session = await _current(pk, owner_pk, item)
@@ -309,7 +336,9 @@ async def _pump(session: ChatSession, item: Prompt, agent) -> None:
 async def _step_event(session_pk: int, live: LiveRun, kind: str | None, event) -> None:
     """A step's or member's event: its row appears when it starts and is redrawn as stored when it ends
     (its text and tool calls with it), in every tab alike."""
-    if kind == "step" or (kind == "started" and event.run_id not in live.steps):
+    if isinstance(event, RunContinuedEvent):  # a paused step or member goes on: its row is on the page already
+        live.steps[event.run_id] = not (event.parent_run_id == live.run_id and live.run.kind == "workflow")
+    elif kind == "step" or (kind == "started" and event.run_id not in live.steps):
         live.steps[event.run_id] = kind == "started"  # a member's run has no StepStarted before it
         await abroadcast_to_session(session_pk, fragments.step_started_html(event))
     elif kind == "done" and event.run_id in live.steps:
@@ -317,7 +346,7 @@ async def _step_event(session_pk: int, live: LiveRun, kind: str | None, event) -
         await abroadcast_to_session(session_pk, await sync_to_async(fragments.step_done_html)(event.run_id, member))
 
 
-async def _started(session: ChatSession, item: Prompt, live: LiveRun, queued: bool) -> None:
+async def _started(session: ChatSession, item: Prompt, live: LiveRun, queued: bool, continued: bool = False) -> None:
     item.stored.set()
     _started_or_gone(session.pk, item)
     # Drawn from the event (no query) while the engine goes on to the model: no database read and no
@@ -329,6 +358,8 @@ async def _started(session: ChatSession, item: Prompt, live: LiveRun, queued: bo
         await Component.acancel_run(live.run_id)
     if item.branch is not None:
         html = await sync_to_async(fragments.branch_html)(pk, session.owner_id)
+    elif continued:  # its fragment as stored (the answered cards, the calls so far), replaced in place
+        html = (await dbthreads.run(fragments.stored_reply, pk, live.run_id) or ("",))[0]
     else:
         html = fragments.started_html(live.run)
     if queued or item.adopt:
@@ -339,6 +370,8 @@ async def _started(session: ChatSession, item: Prompt, live: LiveRun, queued: bo
     # than before it, and always before the row the run's end pushes (_finished waits for it).
     session.last_activity_at = timezone.now()
     session.lease_expires_at = session.last_activity_at + timedelta(seconds=LEASE_SECONDS)
+    if continued:
+        session.is_waiting = False  # (until its end says otherwise)
     live.row_pushed = asyncio.create_task(push_row(session, to_top=True), name=f"chat-row-{pk}")
 
 
@@ -353,6 +386,8 @@ def _render_finished(live: LiveRun, session: ChatSession, item: Prompt) -> tuple
     stored now if the run changed the state (a failed run's mid-run state changes were not kept, so the
     panel must show the stored state again); a run that changed nothing leaves the panel as it is."""
     html, status = fragments.finished_html(live.run_id, session.pk)
+    # The sidebar row's mark of a chat that waits for the user: this run, or an earlier one still waiting.
+    session.is_waiting = status == RunStatus.PAUSED or answers.waiting_run(session.pk) is not None
     if item.fallback_title:
         titles.store_fallback_title(session, item.fallback_title)
     if live.changed_keys or live.pending_changes:

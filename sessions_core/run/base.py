@@ -40,6 +40,7 @@ class BaseRun(ModelLoop):
 
     parent: BaseRun | None = None
     child_class: type[BaseRun]  # the class of the runs inside it (child.ChildRun)
+    continued_child_class: type[BaseRun]  # a paused run inside it, continued (pause.ContinuedChild)
     continued = False  # a paused run's continuation (run/pause.py)
     can_pause = False  # whether a call of a tool that waits for a person pauses it (else the model is told no)
     prior_metrics: dict | None = None  # a continued run's metrics before this part of it
@@ -88,14 +89,19 @@ class BaseRun(ModelLoop):
         return self.child_class(config, input, parent=self, step_name=step_name,
                         source_prefix=self.source_prefix + source_prefix)
 
+    def continued_child(self, config: RunConfig, run_id: str, answers: list, *, step_name: str, source_prefix: str):
+        """A paused run inside this one (a step's, a member's), continued with `answers` (run/pause.py)."""
+        return self.continued_child_class(config, parent=self, run_id=run_id, answers=answers, step_name=step_name,
+                              source_prefix=self.source_prefix + source_prefix)
+
     # -- events ------------------------------------------------------------------------------------------
 
     def _event(self, cls, **kwargs) -> BaseRunEvent:
         self.seq += 1
         return cls(run_id=self.run_id, session_id=self.session_id, agent_id=self.config.component_id,
                    agent_name=self.config.component_name, seq=self.seq,
-                   parent_run_id=self.parent.run_id if self.parent is not None else "", step_name=self.step_name,
-                   **kwargs)
+                   parent_run_id=self.parent.run_id if self.parent is not None else "",
+                   **{"step_name": self.step_name, **kwargs})
 
     def event(self, name: str, **kwargs) -> BaseRunEvent:
         """One of this run's own events by role ("started", "content", "completed", ...), named for its kind."""
@@ -180,8 +186,10 @@ class BaseRun(ModelLoop):
         """How the run ended: its error, or its cancellation and (unless not `completed`) its completion."""
         out = self.output
         if out.status == RunStatus.PAUSED:
-            waiting = [requirement.tool_execution.snapshot() for requirement in out.active_requirements]
-            return [self.event("paused", content=out.content, tools=waiting, requirements=out.requirements)]
+            active = out.active_requirements
+            waiting = [r.tool_execution.snapshot() for r in active if hasattr(r, "tool_execution")]
+            step = {"step_name": active[-1].step_name} if active and hasattr(active[-1], "step_name") else {}
+            return [self.event("paused", content=out.content, tools=waiting, requirements=out.requirements, **step)]
         if out.status == RunStatus.ERROR:  # the run's failure, or the database refusing its outcome
             return [self.event("error", content=out.error,
                                error_type=error_type if status == RunStatus.ERROR else "storage_error")]

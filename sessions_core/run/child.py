@@ -36,6 +36,13 @@ class ChildRun(BaseRun):
                          source_prefix=source_prefix)
         self.parent = parent
         self.root = parent.root
+        # Set by its parent when a pause of this run can pause the parent too (a team's member, a
+        # workflow's top-level agent or team step); otherwise a tool that waits for a person is refused.
+        self.pausable = False
+
+    @property
+    def can_pause(self) -> bool:
+        return self.pausable and self.config.executor is None
 
     @property
     def tracker(self):
@@ -130,10 +137,17 @@ class ChildRun(BaseRun):
 
     def _finish_sync(self, status: str, error: str, messages: list[ChatMessage]) -> None:
         root, alias, now = self.root, self.alias, timezone.now()
+        if status == RunStatus.PAUSED:  # its continuation sends the tool traffic, whatever store_tool_messages says
+            messages = self.new_messages
         with transaction.atomic(using=alias):
             rows, root.last_seq = store.message_rows(root.start.session_pk, self.run_pk, messages, root.last_seq, now,
                                                      self.run_id)
             store.insert_messages(rows, alias)
+            if status == RunStatus.PAUSED:  # it waits with its root, which stores the pause
+                lifecycle.pause(self.run_pk, alias, state_version=None, **self.outcome_fields(error))
+                return
+            if self.continued and not self.config.store_tool_messages:  # what it kept while it waited
+                store.drop_tool_messages(self.run_pk, alias)
             lifecycle.end(self.run_pk, status, alias, state_version=None, finished_at=now,
                           **self.outcome_fields(error))
 

@@ -210,7 +210,19 @@ def pause(run_pk: int, alias: str, **fields) -> str:
              RunStatus.PAUSED, **fields):
         return RunStatus.PAUSED
     end(run_pk, RunStatus.CANCELLED, alias, finished_at=timezone.now(), **fields)
+    cancel_paused_children([run_pk], alias)
     return RunStatus.CANCELLED
+
+
+def cancel_paused_children(run_pks: list[int], alias: str) -> None:
+    """The paused runs under these runs (a team's member, a workflow's step, a member of a team step) end
+    cancelled with them: a query per level of the tree."""
+    now = timezone.now()
+    while run_pks:
+        children = Run.objects.using(alias).filter(parent_run_id__in=run_pks)
+        run_pks = list(children.filter(status=RunStatus.PAUSED).values_list("pk", flat=True))
+        if run_pks:
+            _move(alias, {"pk": tuple(run_pks)}, RunStatus.PAUSED, RunStatus.CANCELLED, finished_at=now)
 
 
 def resume(run_pk: int, alias: str, **fields) -> bool:
@@ -244,6 +256,9 @@ def cancel_stored(run_id: str, alias: str = "default") -> bool:
     """`cancel`'s part in the database: True if the stored run was open."""
     if drop_queued(run_id, alias):
         return True
-    if _move(alias, {"run_id": run_id}, RunStatus.PAUSED, RunStatus.CANCELLED, finished_at=timezone.now()):
+    paused = list(Run.objects.using(alias).filter(run_id=run_id, status=RunStatus.PAUSED, parent_run__isnull=True)
+                  .values_list("pk", flat=True))
+    if paused and _move(alias, {"pk": tuple(paused)}, RunStatus.PAUSED, RunStatus.CANCELLED, finished_at=timezone.now()):
+        cancel_paused_children(paused, alias)
         return True
     return bool(Run.objects.using(alias).filter(run_id=run_id, status=RunStatus.RUNNING).update(cancel_requested=True))

@@ -22,12 +22,12 @@ from .. import limits
 from .. import prompt
 from .. import state as state_module
 from ..bridge import call_sync
-from ..errors import Cancelled
+from ..errors import Cancelled, ChildPaused, Paused
 from ..events import BaseRunEvent, StateChangedEvent
 from ..history import ChatMessage
 from ..model_api import ModelChunk, ModelError
 from ..models import Role
-from ..requirements import ToolExecution
+from ..requirements import RunRequirement, ToolExecution, paused_content
 from ..storable import storable, storable_tree
 from ..tools import call_tool, result_text, timed
 from . import lifecycle, registry
@@ -103,6 +103,7 @@ class ModelLoop:
                 self._set_content(reply)
                 return
             waiting = []  # calls of tools that wait for a person, with their arguments
+            members = []  # delegation calls whose member run paused, with that run
             for call in calls:
                 function = functions.get(call.name)
                 if function is not None and function.needs_person and self.can_pause:
@@ -117,11 +118,14 @@ class ModelLoop:
                     if config.tool_call_limit is not None and tool_calls > config.tool_call_limit:
                         self._refuse(call, wire)
                         continue
-                async for event in self._run_tool(call, functions, run_context, wire, stream_events):
-                    yield event
-            if waiting:
+                try:
+                    async for event in self._run_tool(call, functions, run_context, wire, stream_events):
+                        yield event
+                except ChildPaused as paused:  # a member waits for a person: the team waits with it
+                    members.append((call, paused.child))
+            if waiting or members:
                 self.check_cancelled()  # a stop asked during the other calls wins over the pause
-                self._pause(waiting)
+                self._pause(waiting, members)
         raise limits.too_many_model_calls(max_calls)
 
     def _set_content(self, reply: str) -> None:
@@ -136,9 +140,22 @@ class ModelLoop:
             raise ModelError(f"The model's reply does not match {schema.__name__}: {exc.errors()[0]['msg']}") from exc
         self.output.content_type = schema.__name__
 
-    def _pause(self, waiting: list) -> None:
-        """Raise `Paused` to wait for a person for `waiting` [(call, args, function)] (a root run: run/pause.py)."""
-        raise NotImplementedError
+    def _pause(self, waiting: list, members: list = ()) -> None:
+        """Raise `Paused` to wait for a person: a requirement per call of `waiting` [(call, args, function)],
+        and the open requirements of each paused member run of `members` [(delegation call, member run)],
+        named for the member (run/pause.py continues the run)."""
+        out = self.output
+        out.requirements = out.requirements or []
+        for call, args, function in waiting:
+            requirement = RunRequirement.for_call(call.id, args, function)
+            out.tools.append(requirement.tool_execution)
+            out.requirements.append(requirement)
+        for call, member in members:
+            name = member.config.component_name or member.config.component_id
+            out.requirements += [requirement.for_member(member.config.component_id, name, member.run_id, call.id)
+                                 for requirement in member.output.active_requirements]
+        out.content = paused_content(out.active_requirements)
+        raise Paused()
 
     async def _answer_calls(self, functions, run_context, wire, stream_events) -> AsyncIterator[BaseRunEvent]:
         """A continued run's answered calls, run or reported to the model (run/pause.py); none otherwise."""
@@ -164,9 +181,9 @@ class ModelLoop:
         args, error, refused = parse_arguments(call)
         if error is None and function is None:
             error = f"Error: there is no tool named {call.name!r}."
-        elif error is None and function.needs_person and not answered:  # a step's or member's call
-            error = (f"Error: {call.name} waits for a person's answer, which a workflow step or team member "
-                     "cannot ask for yet; it was not run.")
+        elif error is None and function.needs_person and not answered:  # a run that cannot pause (a nested step's)
+            error = (f"Error: {call.name} waits for a person's answer, which a step inside a workflow's "
+                     "Parallel, Condition, Loop, Router or Steps cannot ask for; it was not run.")
         execution.tool_args = args
         if stream_events:
             yield self.event("tool_started", tool=execution.snapshot())

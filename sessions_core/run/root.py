@@ -25,13 +25,12 @@ from .. import prompt
 from .. import state as state_module
 from ..branches import start_branch
 from ..bridge import call_sync
-from ..errors import Paused, QueuedRunTakenError
+from ..errors import QueuedRunTakenError
 from ..events import (BaseRunEvent, MemoryUpdateCompletedEvent, MemoryUpdateStartedEvent, RunQueuedEvent,
                       SessionSummaryCompletedEvent, SessionSummaryStartedEvent)
 from ..history import ChatMessage
 from ..models import ChatSession, Role, Run, RunStatus
 from ..owners import owned_session
-from ..requirements import RunRequirement, paused_content
 from ..state_tracker import StateTracker
 from ..summary import aupdate_session_summary
 from ..tools import RunContext
@@ -332,18 +331,9 @@ class RootRun(BaseRun):
 
     @property
     def can_pause(self) -> bool:
-        """An agent's run pauses for a tool that waits for a person (a team's and a workflow's do not yet)."""
-        return self.config.kind == "agent" and self.config.executor is None
-
-    def _pause(self, waiting: list) -> None:
-        out = self.output
-        out.requirements = out.requirements or []
-        for call, args, function in waiting:
-            requirement = RunRequirement.for_call(call.id, args, function)
-            out.tools.append(requirement.tool_execution)
-            out.requirements.append(requirement)
-        out.content = paused_content(out.active_requirements)
-        raise Paused()
+        """An agent's or team's own run pauses for a tool that waits for a person (a workflow's pauses
+        through its steps, steps.py)."""
+        return self.config.executor is None
 
     # -- liveness ----------------------------------------------------------------------------------------
 
