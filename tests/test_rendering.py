@@ -68,6 +68,13 @@ def test_markdown_renders_links_tables_and_emphasis():
     assert "<table>" in html and "<td>1</td>" in html
 
 
+def test_a_tables_alignment_is_a_class_never_a_style_attribute():
+    """The Content-Security-Policy refuses style attributes; a class of the three alignments says the same."""
+    html = rendering.render_markdown("| a | b | c |\n|:-|-:|:-:|\n| 1 | 2 | 3 |")
+    assert '<th class="align-left">a</th>' in html and '<td class="align-right">2</td>' in html
+    assert '<td class="align-center">3</td>' in html and "style" not in html
+
+
 def test_code_blocks_are_highlighted_with_a_copy_button():
     html = rendering.render_markdown("```python\ndef f():\n    return '<b>'\n```")
     assert '<button type="button" class="copy-code">Copy</button>' in html

@@ -217,11 +217,13 @@
   }
 
   // --- a state edit in progress survives live panel updates --------------------------------------
-  // The kept text is saved against the version it was based on, so the server refuses it as stale
-  // (with a message) rather than silently overwriting what changed meanwhile. A panel sent while a
-  // reply changes the state has no editor: the text waits for the next panel that has one.
-  // The user's own save is not an edit in progress: its panel comes back over the socket before the
-  // HTTP response, and keeping the text then would keep the old version, refusing the next save as stale.
+  // An editor open in this tab stays open when another tab's save or a reply sends a new panel: untouched,
+  // it shows the new state; with changes, they are kept and saved against the version they were based on,
+  // so the server refuses them as stale (with a message) rather than silently overwriting what changed
+  // meanwhile. A panel sent while a reply changes the state has no editor: the editor waits for the next
+  // panel that has one. The user's own save is not an edit in progress: its panel comes back over the
+  // socket before the HTTP response, and keeping the text then would keep the old version, refusing the
+  // next save as stale.
   var pendingEdit = null, savingText = null;
   document.addEventListener("htmx:beforeRequest", function (event) {
     if (event.target.closest && event.target.closest("#state-edit")) {
@@ -235,21 +237,25 @@
     var textarea = document.getElementById("state-json");
     var saving = savingText !== null && textarea && textarea.value === savingText;
     savingText = null;
-    if (details && details.open && textarea && textarea.value !== textarea.defaultValue && !saving) {
-      pendingEdit = {text: textarea.value, version: details.querySelector("input[name=version]").value};
+    if (!details || !details.open || !textarea || saving) return;
+    pendingEdit = {text: null, version: null, height: textarea.style.height};
+    if (textarea.value !== textarea.defaultValue) {
+      pendingEdit.text = textarea.value;
+      pendingEdit.version = details.querySelector("input[name=version]").value;
     }
   });
 
   document.addEventListener("htmx:oobAfterSwap", function () {
-    if (pendingEdit) {
-      var details = document.getElementById("state-edit");
-      if (details) {
-        details.open = true;
-        document.getElementById("state-json").value = pendingEdit.text;
-        details.querySelector("input[name=version]").value = pendingEdit.version;
-        pendingEdit = null;
-      }
+    var details = pendingEdit && document.getElementById("state-edit");
+    if (!details) return;
+    var textarea = document.getElementById("state-json");
+    details.open = true;
+    if (pendingEdit.text !== null) {
+      textarea.value = pendingEdit.text;
+      details.querySelector("input[name=version]").value = pendingEdit.version;
     }
+    textarea.style.height = pendingEdit.height;  // the size the user dragged it to
+    pendingEdit = null;
   });
 
   // --- the tab's title and the header follow the chat's title (a rename, a generated title) --------
