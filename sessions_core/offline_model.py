@@ -28,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from .model_api import Model, ModelChunk, ToolCall
+from .naming import short_title
 from .tools import DELEGATE_TOOL
 
 
@@ -1113,6 +1114,5 @@ def _title(messages: list[dict]) -> str:
     while (shorter := _FILLER.sub("", text)) != text:
         text = shorter
     text = re.split(r"(?<=[.!?])\s+", text, maxsplit=1)[0]  # the first sentence: "What can you do? Please..."
-    words = re.sub(r"[\"“”‘’`]", "", text).strip(" .!?").split()[:5]
-    title = " ".join(words).strip(" .!?,")
+    title = short_title(re.sub(r"[\"“”‘’`]", "", text).strip(" .!?")).strip(" .!?,")
     return title[:1].upper() + title[1:] if title else "Offline demo chat"
