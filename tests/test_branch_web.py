@@ -66,6 +66,11 @@ class BranchWebTests(LiveTestMixin, TransactionTestCase):
         assert "add eggs" in frames[-1] and "add bread" not in frames[-1]
         assert NUMBER.findall(frames[-1]) == [("1", "3")]
         assert "branch:switch" in frames[-1] and await self.state() == {"shopping_list": ["milk", "eggs"]}
+        # The timeline is the current branch's: one entry for the switch, no resets, no abandoned run's changes.
+        timeline = frames[-1][frames[-1].index('id="state-timeline"'):]
+        assert timeline.count('title="branch:switch">version switch<') == 1
+        assert "branch:regenerate" not in timeline and "branch:edit" not in timeline
+        assert "bread" not in timeline.split('title="branch:switch"')[1]  # the abandoned edit's change
         await settle()
 
         client = Client()

@@ -308,3 +308,14 @@ def test_state_panel_shows_the_session_summary_collapsed_and_escaped():
     assert "Likes &lt;b&gt;bold&lt;/b&gt; hikes." in html
     assert "Topics: hiking, food" in html
     assert "<details class=\"session-summary\"" not in render_state_panel(make_session(make_user("nosum")))
+
+
+def test_a_changes_source_is_labelled_in_a_readers_words():
+    from chatapp.state_view import source_label
+
+    assert source_label("member:Status tracker/tool:update_step_status") == "Status tracker › update_step_status"
+    assert source_label("step:Tally/function") == "Tally › function"
+    assert source_label("tool:add_item") == "add_item"
+    assert (source_label("manual"), source_label("branch:switch"), source_label("agentic")) == (
+        "your edit", "version switch", "the assistant")
+    assert source_label("step:Shopping assistant/agentic") == "Shopping assistant › the assistant"
