@@ -192,6 +192,14 @@ def assistant_defaults(assistant_id: str) -> dict:
     return dict(getattr(get_assistant(assistant_id), "session_state", None) or {})
 
 
+def assistant_keeps_summaries(assistant_id: str) -> bool:
+    """Whether the assistant writes a summary of its chats (shown in the state panel)."""
+    if assistant_id not in ASSISTANTS:
+        return False
+    component = get_assistant(assistant_id)
+    return bool(getattr(component, "session_summary_manager", None) or getattr(component, "enable_session_summaries", None))
+
+
 def reset_assistants() -> None:
     """Forget the built agents, so the next use picks up changed model settings (tests)."""
     _built.clear()

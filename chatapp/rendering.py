@@ -29,7 +29,7 @@ from sessions_core.summary import SessionSummary
 from sessions_core.tools import DELEGATE_TOOL  # a team's delegations are shown as member rows, not tool calls
 
 from . import state_view
-from .assistants import assistant_defaults, assistant_name
+from .assistants import assistant_defaults, assistant_keeps_summaries, assistant_name
 from .sidebar import sidebar_page
 
 TRANSCRIPT_RUNS = 50  # runs shown at once; older ones behind "Load earlier"
@@ -525,8 +525,11 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
         "assistant_name": assistant_name(session.component_id),
         "default_keys": defaults,
         "summary": summary,
-        # An assistant without state (and nothing stored, no summary): the page shows no state panel.
-        "has_state": bool(defaults or session.session_state or changes or summary),
+        # What the panel shows, from the page's first load on (so the chat's width never changes under a
+        # reply): the state (an assistant that starts with state, or one that has some), else the summary
+        # (an assistant that writes one), else nothing: the page shows no panel.
+        "panel": "state" if defaults or session.session_state or changes else (
+            "summary" if summary or assistant_keeps_summaries(session.component_id) else "none"),
         "read_only": session.deleted_at is not None,  # in the trash: no editor
         **extra,
     }

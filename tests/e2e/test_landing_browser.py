@@ -235,7 +235,7 @@ def test_the_shortcuts_help_and_the_shortcuts(page, daphne_server, llm_server):
     assert ChatSession.objects.count() == 1
 
 
-def test_the_state_panel_folds_on_a_desktop_and_is_absent_without_state(page, daphne_server):
+def test_the_state_panel_folds_on_a_desktop_and_shows_a_summary_without_state(page, daphne_server):
     alice = make_user("alice")
     shopping = make_session(alice, component_id="shopping", name="List", name_source="user",
                             session_state={"shopping_list": ["tea"]})
@@ -256,8 +256,8 @@ def test_the_state_panel_folds_on_a_desktop_and_is_absent_without_state(page, da
     page.locator(".state-collapse").click()
     expect(page.locator("#state-pane")).to_be_visible()
     open_chat(page, daphne_server, general)
-    expect(page.locator("#state-pane")).to_be_hidden()  # the general assistant keeps no state
-    expect(page.locator(".state-collapse")).to_be_hidden()
+    expect(page.locator("#state-panel")).to_have_attribute("data-panel", "summary")  # no state: its summary
+    expect(page.locator("#state-version")).to_have_count(0)
 
 
 def test_a_phones_drawers_close_on_the_backdrop_and_esc(browser, daphne_server):
@@ -313,3 +313,22 @@ def test_deleting_the_last_chat_lands_in_a_new_chat_with_the_undo_and_the_typed_
     expect(page.locator(f"#session-item-{only.pk}")).to_have_count(1)
     only.refresh_from_db()
     assert only.deleted_at is None
+
+
+def test_the_chats_width_stays_put_when_the_first_reply_and_its_summary_arrive(page, daphne_server, llm_server):
+    from tests.llm_server import Text
+
+    llm_server.add(Text("Hello there!"))
+    alice = make_user("alice")
+    general = make_session(alice, component_id="general", name="Talk", name_source="user")
+    log_in(page.context, daphne_server.url, alice)
+    page.set_viewport_size({"width": 1400, "height": 900})
+    open_chat(page, daphne_server, general)
+    before = page.locator("#main").bounding_box()
+    page.locator("#composer-text").fill("hello")
+    page.locator("#composer-text").press("Enter")
+    expect(page.locator("#transcript .run[data-status='completed']")).to_have_count(1)
+    expect(page.locator("#session-summary")).to_have_count(1)  # the first summary has landed
+    after = page.locator("#main").bounding_box()
+    assert (after["x"], after["width"]) == (before["x"], before["width"])
+    expect(page.locator("#state-version")).to_have_count(0)
