@@ -664,6 +664,57 @@
     if (refocusRow && !event.detail.successful && refocusRow.row.contains(event.detail.elt)) refocusRow = null;
   });
 
+  // --- the chat list is one Tab stop: arrows move through it ----------------------------------------
+  // One row's link is in the Tab order (the last one the keyboard was on, else the open chat's, else the
+  // first); ↑/↓, Home and End move between rows, → reaches the row's "more" button (← comes back), and the
+  // context-menu key or Shift+F10 opens the row's menu. Rows pushed live are taken in by syncRoving.
+  function listLinks() {
+    return Array.from(document.querySelectorAll(".session-nav .session-item:not([hidden]) .session-link"));
+  }
+  function syncRoving() {
+    var links = listLinks();
+    if (!links.length) return;
+    var stop = links.find(function (link) { return link.getAttribute("tabindex") === "0"; }) ||
+      links.find(function (link) { return link.getAttribute("aria-current") === "page"; }) || links[0];
+    links.forEach(function (link) { link.setAttribute("tabindex", link === stop ? "0" : "-1"); });
+    document.querySelectorAll(".session-nav .row-menu-button").forEach(function (button) {
+      button.setAttribute("tabindex", "-1");
+    });
+  }
+  function moveTo(link) {
+    listLinks().forEach(function (other) { other.setAttribute("tabindex", other === link ? "0" : "-1"); });
+    link.focus();
+  }
+  document.addEventListener("keydown", function (event) {
+    var link = event.target.closest && event.target.closest(".session-nav .session-link");
+    var more = !link && event.target.closest && event.target.closest(".session-nav .row-menu-button");
+    if (more && event.key === "ArrowLeft") {
+      event.preventDefault();
+      moveTo(more.closest(".session-item").querySelector(".session-link"));
+      return;
+    }
+    if (!link || event.altKey || event.ctrlKey || event.metaKey) return;
+    var links = listLinks(), at = links.indexOf(link);
+    var moves = {ArrowDown: at + 1, ArrowUp: at - 1, Home: 0, End: links.length - 1};
+    if (event.key in moves && !event.shiftKey) {
+      event.preventDefault();
+      var next = links[Math.max(0, Math.min(links.length - 1, moves[event.key]))];
+      if (next) moveTo(next);
+    } else if (event.key === "ArrowRight" && !event.shiftKey) {
+      event.preventDefault();
+      link.closest(".session-item").querySelector(".row-menu-button").focus();
+    } else if (event.key === "ContextMenu" || (event.shiftKey && event.key === "F10")) {
+      event.preventDefault();
+      openRowMenu(link.closest(".session-item").querySelector(".row-menu-button"), false);
+    }
+  });
+  document.addEventListener("focusin", function (event) {
+    var link = event.target.closest && event.target.closest(".session-nav .session-link");
+    if (link && link.getAttribute("tabindex") !== "0") moveTo(link);
+  });
+  document.addEventListener("htmx:load", syncRoving);
+  document.addEventListener("DOMContentLoaded", syncRoving);
+
   // --- search by keyboard: arrows move through the hits, Enter opens one, Esc closes the search ------
   function searchLinks() {
     return Array.from(document.querySelectorAll("#session-filter-results .search-hit a, #session-filter-results .search-more a"));

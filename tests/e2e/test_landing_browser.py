@@ -332,3 +332,43 @@ def test_the_chats_width_stays_put_when_the_first_reply_and_its_summary_arrive(p
     after = page.locator("#main").bounding_box()
     assert (after["x"], after["width"]) == (before["x"], before["width"])
     expect(page.locator("#state-version")).to_have_count(0)
+
+
+def test_the_chat_list_is_one_tab_stop_with_arrow_keys_inside(page, daphne_server):
+    alice = make_user("alice")
+    sessions = [make_session(alice, component_id="general", name=f"Chat {n}", name_source="user") for n in range(6)]
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, sessions[2])
+    links = page.locator(".session-nav .session-link")
+    expect(links).to_have_count(6)
+    page.locator("#session-filter").focus()
+    page.keyboard.press("Tab")
+    current = page.locator(f"#session-item-{sessions[2].pk} .session-link")
+    expect(current).to_be_focused()  # the open chat's row, in one press
+    page.keyboard.press("Tab")
+    expect(page.locator(".trash-link")).to_be_focused()  # and one more leaves the list: 6 rows, 1 stop
+    page.keyboard.press("Shift+Tab")
+    expect(current).to_be_focused()
+
+    page.keyboard.press("ArrowDown")
+    below = page.locator(f"#session-item-{sessions[1].pk} .session-link")  # newest first
+    expect(below).to_be_focused()
+    page.keyboard.press("Home")
+    expect(links.first).to_be_focused()
+    page.keyboard.press("End")
+    expect(links.last).to_be_focused()
+    page.keyboard.press("ArrowRight")
+    expect(page.locator(f"#session-item-{sessions[0].pk} .row-menu-button")).to_be_focused()
+    page.keyboard.press("ArrowLeft")
+    expect(links.last).to_be_focused()
+    page.keyboard.press("Shift+F10")
+    expect(page.locator(f"#session-item-{sessions[0].pk}").get_by_role("menuitem", name="Rename")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.locator(f"#session-item-{sessions[0].pk} .row-menu-button")).to_be_focused()
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("Tab")  # the list is left from where the keyboard was, and found there again
+    expect(page.locator(".trash-link")).to_be_focused()
+    page.keyboard.press("Shift+Tab")
+    expect(links.last).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(f"{daphne_server.url}/s/{sessions[0].session_id}/")
