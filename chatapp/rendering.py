@@ -24,12 +24,13 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from sessions_core.models import ChatSession, Message, Role, Run, StateChange
+from sessions_core.models import ChatSession, Message, Role, Run, RunStatus, StateChange
+from sessions_core.run.base import cancelled_content
 from sessions_core.summary import SessionSummary
 from sessions_core.tools import DELEGATE_TOOL  # a team's delegations are shown as member rows, not tool calls
 
 from . import state_view
-from .assistants import assistant_defaults, assistant_keeps_summaries, assistant_name
+from .assistants import assistant_defaults, assistant_keeps_summaries, assistant_name, workflow_step_names
 from .sidebar import sidebar_page
 
 TRANSCRIPT_RUNS = 50  # runs shown at once; older ones behind "Load earlier"
@@ -212,7 +213,8 @@ class StepView:
 
     @property
     def content_html(self) -> str:
-        return render_markdown(self.run.content)
+        content = self.run.content
+        return render_markdown("" if content == cancelled_content(self.run.run_id) else content)
 
 
 @dataclass(frozen=True)
@@ -262,9 +264,30 @@ class RunView:
         return self.run.kind in ("workflow", "team")
 
     @property
+    def reply_text(self) -> str:
+        """The reply: the run's text; a stopped run's is what was written before the stop, never the engine's
+        "Run … was cancelled" (a stopped workflow's or team's is its last step's words so far)."""
+        if self.run.status != RunStatus.CANCELLED:
+            return self.run.content
+        if self.run.content != cancelled_content(self.run.run_id):
+            return self.run.content
+        for step in reversed(_tree(self.steps)):
+            if step.content and step.content != cancelled_content(step.run_id):
+                return step.content
+        return ""
+
+    @property
     def reply_html(self) -> str:
         """Sanitized markdown, finished or still streaming (the text so far, as the live frames draw it)."""
-        return render_markdown(self.run.content)
+        return render_markdown(self.reply_text)
+
+    @property
+    def not_run(self) -> list[str]:
+        """A stopped workflow's steps that never ran (its state may be left half-changed)."""
+        if self.run.status != RunStatus.CANCELLED or self.run.kind != "workflow":
+            return []
+        ran = {step.name for step in self.steps}
+        return [name for name in workflow_step_names(self.run.component_id) if name not in ran]
 
     @property
     def metrics(self) -> dict:

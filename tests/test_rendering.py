@@ -183,6 +183,10 @@ class TestRunFragment(TestCase):
     def test_stopped_and_failed_runs_say_so(self):
         stopped = make_run(self.session, reply="half", status=RunStatus.CANCELLED)
         assert "Stopped." in rendering.render_run(stopped)
+        silent = make_run(self.session, status=RunStatus.CANCELLED)
+        Run.objects.filter(pk=silent.pk).update(content=f"Run {silent.run_id} was cancelled")  # the engine's words
+        html = rendering.render_run(Run.objects.get(pk=silent.pk))
+        assert "Stopped before any reply was written." in html and "was cancelled" not in html
         failed = make_run(self.session, reply=None, status=RunStatus.ERROR, error="The model is overloaded <b>")
         html = rendering.render_run(failed)
         assert f'<button type="button" class="retry button small" data-run-id="{failed.run_id}">Retry</button>' in html
