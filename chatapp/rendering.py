@@ -452,6 +452,12 @@ def render_step_view(view: StepView, oob: str = "") -> str:
     return render_to_string("chatapp/_step.html", {"step": view, "oob": oob})
 
 
+def render_step_content(run_id: str, text: str) -> str:
+    """A running step's or member's words so far, replacing what its row shows (out of band)."""
+    return render_to_string("chatapp/_step_content.html",
+                            {"run_id": run_id, "content_html": render_markdown(text), "oob": "true"})
+
+
 def render_tool_call(run_id: str, call: ToolCallView, oob: str = "") -> str:
     """One tool call row (for a call seen live, before the run's messages are stored)."""
     return render_to_string("chatapp/_tool_call.html", {"run_id": run_id, "call": call, "oob": oob})

@@ -300,11 +300,21 @@ async def _pump(session: ChatSession, item: Prompt, agent) -> None:
 
 
 async def _step_event(session_pk: int, live: LiveRun, kind: str | None, event) -> None:
-    """A step's or member's event: its row appears when it starts and is redrawn as stored when it ends
+    """A step's or member's event: its row appears (open) when it starts, its words and tool calls show in it
+    as they come (words at most every CHAT_STREAM_BATCH_SECONDS), and it is redrawn as stored when it ends
     (its text and tool calls with it), in every tab alike."""
     if kind == "step" or (kind == "started" and event.run_id not in live.steps):
         live.steps[event.run_id] = kind == "started"  # a member's run has no StepStarted before it
         await abroadcast_to_session(session_pk, fragments.step_started_html(event))
+    elif kind == "content" and event.run_id in live.steps:
+        text = live.step_text[event.run_id] = live.step_text.get(event.run_id, "") + (event.content or "")
+        now = time.monotonic()
+        if now - live.step_sent.get(event.run_id, 0.0) >= settings.CHAT_STREAM_BATCH_SECONDS:
+            live.step_sent[event.run_id] = now
+            await abroadcast_to_session(session_pk, rendering.render_step_content(event.run_id, text))
+    elif kind == "tool" and event.run_id in live.steps and event.tool.tool_name != DELEGATE_TOOL:
+        call = fragments.tool_call(event, started=event.event in _TOOL_STARTED)
+        await abroadcast_to_session(session_pk, fragments.tool_html(event.run_id, call))
     elif kind == "done" and event.run_id in live.steps:
         member = live.steps[event.run_id]
         await abroadcast_to_session(session_pk, await sync_to_async(fragments.step_done_html)(event.run_id, member))

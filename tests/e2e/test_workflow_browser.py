@@ -57,6 +57,12 @@ def test_the_shopping_workflow_shows_its_steps_live_and_the_same_after_a_reload(
         return steps.length === 1 && steps[0].dataset.status === 'running'
             && steps[0].querySelector('.step-name').textContent === 'Shopping assistant';
     }""")
+    # The running step is open, and its tool calls and words show in it as they come, before it ends.
+    page.wait_for_function("""() => {
+        const step = document.querySelector('#transcript .run:last-of-type .step');
+        return step && step.open && step.dataset.status === 'running'
+            && step.querySelector('.tool-name') && step.querySelector('.step-content').textContent.trim() !== '';
+    }""")
     page.screenshot(path=str(screenshots / "workflow-step-running.png"))
     expect(page.locator("#state-panel")).to_contain_text("bread")  # the step's tools changed the state
 
