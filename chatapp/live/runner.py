@@ -262,6 +262,7 @@ async def _pump(session: ChatSession, item: Prompt, agent) -> None:
                 live.changed_keys = sorted(set(live.changed_keys) | set(event.changed_keys))
                 live.pending_changes.insert(0, state_view.describe_pending_change(event))
                 session.session_state, session.state_version = event.session_state, event.state_version
+                live.state = (event.session_state, event.state_version)
                 await abroadcast_to_session(pk, await sync_to_async(fragments.state_html)(
                     session, live.changed_keys, live.pending_changes))
             elif kind == "cancelled":
@@ -336,7 +337,7 @@ async def _started(session: ChatSession, item: Prompt, live: LiveRun, queued: bo
         html = fragments.started_html(live.run)
     if queued or item.adopt:
         html += rendering.render_delete("li", f"queued-{live.run_id}")
-    await abroadcast_to_session(pk, html + rendering.render_status("Generating a reply…"))
+    await abroadcast_to_session(pk, html + rendering.render_status(fragments.RUNNING_STATUS))
     # The sidebar row, running and at the top (with the fallback title of a new chat), as the engine's
     # start has just stored it (its lease, its last activity): beside the reply's first text rather
     # than before it, and always before the row the run's end pushes (_finished waits for it).
