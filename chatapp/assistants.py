@@ -239,6 +239,22 @@ def assistant_defaults(assistant_id: str) -> dict:
     return dict(getattr(get_assistant(assistant_id), "session_state", None) or {})
 
 
+def assistant_keeps_summaries(assistant_id: str) -> bool:
+    """Whether the assistant writes a summary of its chats (shown in the state panel)."""
+    if assistant_id not in ASSISTANTS:
+        return False
+    component = get_assistant(assistant_id)
+    return bool(getattr(component, "session_summary_manager", None) or getattr(component, "enable_session_summaries", None))
+
+
+def workflow_step_names(assistant_id: str) -> list[str]:
+    """The names of a workflow assistant's steps, in order ([] for another assistant)."""
+    if assistant_id not in ASSISTANTS:
+        return []
+    component = get_assistant(assistant_id)
+    return [step.name for step in getattr(component, "steps", None) or [] if getattr(step, "name", None)]
+
+
 def reset_assistants() -> None:
     """Forget the built agents, so the next use picks up changed model settings (tests)."""
     _built.clear()

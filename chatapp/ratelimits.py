@@ -54,6 +54,8 @@ LOGIN_FAILURES_PER_ACCOUNT = Rate("CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", 36
 LOGIN_FAILURES_PER_ADDRESS = Rate("CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR", 3600,
                                   "wrong passwords from this address")
 SIGNUPS_PER_ADDRESS = Rate("CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR", 3600, "sign-up attempts from this address")
+PASSWORD_RESETS_PER_ADDRESS = Rate("CHAT_PASSWORD_RESETS_PER_ADDRESS_PER_HOUR", 3600,
+                                   "password reset requests from this address")
 
 
 def _usage(rate: Rate, key: str, increment: bool) -> dict | None:

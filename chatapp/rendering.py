@@ -24,12 +24,13 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
-from sessions_core.models import ChatSession, Message, Role, Run, StateChange
+from sessions_core.models import ChatSession, Message, Role, Run, RunStatus, StateChange
+from sessions_core.run.base import cancelled_content
 from sessions_core.summary import SessionSummary
 from sessions_core.tools import DELEGATE_TOOL  # a team's delegations are shown as member rows, not tool calls
 
 from . import memories, requirement_cards, state_view
-from .assistants import assistant_defaults, assistant_name
+from .assistants import assistant_defaults, assistant_keeps_summaries, assistant_name, workflow_step_names
 from .sidebar import sidebar_page
 
 TRANSCRIPT_RUNS = 50  # runs shown at once; older ones behind "Load earlier"
@@ -65,10 +66,27 @@ def _image(renderer, tokens, idx, options, env) -> str:
     return render_to_string("chatapp/_image_link.html", {"src": token.attrGet("src") or "", "alt": alt})
 
 
+_ALIGNS = {"left", "center", "right"}
+
+
+def _cell(renderer, tokens, idx, options, env) -> str:
+    """A table cell's alignment as a class (`align-right`): the Content-Security-Policy allows no style attribute."""
+    token = tokens[idx]
+    style = token.attrGet("style") or ""
+    if style:
+        token.attrs.pop("style")
+        align = style.partition(":")[2].strip()
+        if align in _ALIGNS:
+            token.attrSet("class", f"align-{align}")
+    return renderer.renderToken(tokens, idx, options, env)
+
+
 # html=False: raw HTML in the text is shown as text, never passed through; nh3 below is the second line.
 _MARKDOWN = MarkdownIt("commonmark", {"html": False}).enable(["table", "strikethrough"])
 _MARKDOWN.add_render_rule("fence", _fence)
 _MARKDOWN.add_render_rule("image", _image)
+_MARKDOWN.add_render_rule("th_open", _cell)
+_MARKDOWN.add_render_rule("td_open", _cell)
 
 _TAGS = {
     "p", "br", "hr", "strong", "em", "s", "del", "code", "pre", "blockquote", "ul", "ol", "li", "a",
@@ -82,14 +100,14 @@ _ATTRIBUTES = {
     "code": {"class"},
     "button": {"class", "type"},
     "ol": {"start"},
-    "th": {"style"},
-    "td": {"style"},
 }
+_CELL_CLASSES = {f"align-{align}" for align in _ALIGNS}
 
 
 # Built once (the policy is fixed): a third of what nh3.clean with the same arguments costs per call.
 _CLEANER = nh3.Cleaner(tags=_TAGS, attributes=_ATTRIBUTES, url_schemes={"http", "https", "mailto"},
-                       link_rel="noopener noreferrer nofollow", filter_style_properties={"text-align"})
+                       link_rel="noopener noreferrer nofollow",
+                       allowed_classes={"th": _CELL_CLASSES, "td": _CELL_CLASSES})
 
 
 def markdown_tokens(text: str, env: dict) -> list:
@@ -195,7 +213,8 @@ class StepView:
 
     @property
     def content_html(self) -> str:
-        return render_markdown(self.run.content)
+        content = self.run.content
+        return render_markdown("" if content == cancelled_content(self.run.run_id) else content)
 
 
 @dataclass(frozen=True)
@@ -245,9 +264,30 @@ class RunView:
         return self.run.kind in ("workflow", "team")
 
     @property
+    def reply_text(self) -> str:
+        """The reply: the run's text; a stopped run's is what was written before the stop, never the engine's
+        "Run … was cancelled" (a stopped workflow's or team's is its last step's words so far)."""
+        if self.run.status != RunStatus.CANCELLED:
+            return self.run.content
+        if self.run.content != cancelled_content(self.run.run_id):
+            return self.run.content
+        for step in reversed(_tree(self.steps)):
+            if step.content and step.content != cancelled_content(step.run_id):
+                return step.content
+        return ""
+
+    @property
     def reply_html(self) -> str:
         """Sanitized markdown, finished or still streaming (the text so far, as the live frames draw it)."""
-        return render_markdown(self.run.content)
+        return render_markdown(self.reply_text)
+
+    @property
+    def not_run(self) -> list[str]:
+        """A stopped workflow's steps that never ran (its state may be left half-changed)."""
+        if self.run.status != RunStatus.CANCELLED or self.run.kind != "workflow":
+            return []
+        ran = {step.name for step in self.steps}
+        return [name for name in workflow_step_names(self.run.component_id) if name not in ran]
 
     @property
     def metrics(self) -> dict:
@@ -430,6 +470,12 @@ def render_step_view(view: StepView, oob: str = "") -> str:
     return render_to_string("chatapp/_step.html", {"step": view, "oob": oob})
 
 
+def render_step_content(run_id: str, text: str) -> str:
+    """A running step's or member's words so far, replacing what its row shows (out of band)."""
+    return render_to_string("chatapp/_step_content.html",
+                            {"run_id": run_id, "content_html": render_markdown(text), "oob": "true"})
+
+
 def render_tool_call(run_id: str, call: ToolCallView, oob: str = "") -> str:
     """One tool call row (for a call seen live, before the run's messages are stored)."""
     return render_to_string("chatapp/_tool_call.html", {"run_id": run_id, "call": call, "oob": oob})
@@ -510,7 +556,7 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
                         edit_version=None, pending_changes=(), **extra) -> dict:
     """Context of _state_panel.html. `edit_text`/`edit_version` refill the JSON form after a refused edit;
     `pending_changes` are a running reply's changes, listed above the stored ones."""
-    changes = list(StateChange.objects.filter(session=session).select_related("run")
+    changes = list(StateChange.objects.filter(session=session).on_current_branch().select_related("run")
                    .only("version", "patch", "inverse", "source", "created_at", "run__run_id")
                    .order_by("-version")[:TIMELINE_CHANGES])
     state_json = json.dumps(session.session_state, indent=2, ensure_ascii=False)
@@ -526,8 +572,11 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
         "assistant_name": assistant_name(session.component_id),
         "default_keys": defaults,
         "summary": summary,
-        # An assistant without state (and nothing stored, no summary): the page shows no state panel.
-        "has_state": bool(defaults or session.session_state or changes or summary),
+        # What the panel shows, from the page's first load on (so the chat's width never changes under a
+        # reply): the state (an assistant that starts with state, or one that has some), else the summary
+        # (an assistant that writes one), else nothing: the page shows no panel.
+        "panel": "state" if defaults or session.session_state or changes else (
+            "summary" if summary or assistant_keeps_summaries(session.component_id) else "none"),
         "read_only": session.deleted_at is not None,  # in the trash: no editor
         **extra,
     }

@@ -232,6 +232,18 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
+# E-mail (password reset links): SMTP when EMAIL_HOST is set, else printed on the console (development).
+EMAIL_HOST = _env(env.str, "EMAIL_HOST", "")
+if EMAIL_HOST:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    EMAIL_PORT = _number("EMAIL_PORT", 587, int, minimum=1)
+    EMAIL_HOST_USER = _env(env.str, "EMAIL_HOST_USER", "")
+    EMAIL_HOST_PASSWORD = _env(env.str, "EMAIL_HOST_PASSWORD", "")
+    EMAIL_USE_TLS = _bool("EMAIL_USE_TLS", True)
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+DEFAULT_FROM_EMAIL = _env(env.str, "DEFAULT_FROM_EMAIL", "webmaster@localhost")
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = _time_zone("TIME_ZONE", "UTC")
 USE_I18N = True
@@ -321,6 +333,8 @@ CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR = _number("CHAT_LOGIN_FAILURES_PER_ACCO
 CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR = _number("CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR", 50, int)
 CHAT_LOGINS_PER_ADDRESS_PER_HOUR = _number("CHAT_LOGINS_PER_ADDRESS_PER_HOUR", 100, int)
 CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR = _number("CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR", 10, int)
+# Password reset requests (each may send an e-mail) per address.
+CHAT_PASSWORD_RESETS_PER_ADDRESS_PER_HOUR = _number("CHAT_PASSWORD_RESETS_PER_ADDRESS_PER_HOUR", 10, int)
 # How long one tool call may take before the model is told it timed out (seconds).
 CHAT_TOOL_TIMEOUT_SECONDS = _number("CHAT_TOOL_TIMEOUT_SECONDS", 60.0)
 # How many requests one run may make of its model (each answered with tool calls but the last) before it

@@ -89,11 +89,27 @@ def describe_op(op: dict, undo: dict | None = None) -> dict:
     return line
 
 
+# Sources that are not a tool's or a step's, in a reader's words (sessions_core names the source of every change).
+_SOURCE_WORDS = {
+    "manual": "your edit", "admin": "an admin's edit", "agentic": "the assistant", "defaults": "starting values",
+    "run_input": "sent with the message", "fork": "forked", "import": "imported", "branch:switch": "version switch",
+}
+
+
+def source_label(source: str) -> str:
+    """A change's source as a short label: "member:Status tracker/tool:update_step" is "Status tracker › update_step"
+    (the full source is the label's title)."""
+    if source in _SOURCE_WORDS:
+        return _SOURCE_WORDS[source]
+    return " › ".join(_SOURCE_WORDS.get(part, part.partition(":")[2] or part) for part in source.split("/"))
+
+
 def describe_pending_change(event) -> dict:
     """A timeline entry for a change a run has made but not stored yet (from its StateChangedEvent)."""
     return {
         "version": event.state_version,
         "source": event.source,
+        "label": source_label(event.source),
         "run_id": event.run_id,
         "created_at": timezone.now(),
         "ops": [describe_op(op) for op in event.patch],
@@ -107,6 +123,7 @@ def describe_change(change) -> dict:
     return {
         "version": change.version,
         "source": change.source,
+        "label": source_label(change.source),
         "run_id": run.run_id if run else None,
         "created_at": change.created_at,
         "ops": [describe_op(op, undo) for op, undo in zip(change.patch, _undo_steps(change), strict=True)],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 
 from django.conf import settings
 
@@ -33,6 +34,23 @@ def fallback_title(text: str, limit: int = FALLBACK_TITLE_CHARS) -> str:
     cut = words[: limit + 1]
     cut = cut.rsplit(" ", 1)[0] if " " in cut[limit // 2 :] else words[:limit]
     return cut.rstrip(" ,.;:-") + "…"
+
+
+FORK_MARK = re.compile(r" \(fork(?: (\d+))?\)$")
+
+
+def fork_title(session: ChatSession) -> str:
+    """A new fork's title: its original's, marked and numbered past the user's other forks of that title
+    ("Groceries (fork)", "Groceries (fork 2)"; a fork of a fork is numbered among them), so a fork is never
+    taken for its original or for another fork."""
+    base = FORK_MARK.sub("", session.name) or "New chat"
+    taken = (ChatSession.objects.for_user(session.owner_id).exclude(pk=session.pk)
+             .filter(name__startswith=base + " (fork").values_list("name", flat=True))
+    numbers = [int(match.group(1) or 1) for name in taken if (match := FORK_MARK.search(name))
+               and name[:match.start()] == base]
+    number = max(numbers, default=0) + 1
+    mark = " (fork)" if number == 1 else f" (fork {number})"
+    return base[: 200 - len(mark)] + mark
 
 
 def store_fallback_title(session: ChatSession, title: str) -> bool:

@@ -6,7 +6,7 @@ from django.views.generic import RedirectView
 
 from . import views
 from .converters import SessionIdConverter
-from .ratelimits import limit_sign_ins
+from .ratelimits import LOGINS_PER_ADDRESS, PASSWORD_RESETS_PER_ADDRESS, by_address, limit_posts, limit_sign_ins
 
 register_converter(SessionIdConverter, "sid")
 
@@ -61,5 +61,16 @@ urlpatterns = [
          name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/signup/", views.signup, name="signup"),
+    path("accounts/settings/", views.account_settings, name="account_settings"),
+    # Django's own views; a password typed to change it counts as a sign-in attempt of the address.
+    path("accounts/password/change/", limit_posts((LOGINS_PER_ADDRESS, by_address))(
+        auth_views.PasswordChangeView.as_view()), name="password_change"),
+    path("accounts/password/change/done/", auth_views.PasswordChangeDoneView.as_view(), name="password_change_done"),
+    path("accounts/password/reset/", limit_posts((PASSWORD_RESETS_PER_ADDRESS, by_address))(
+        auth_views.PasswordResetView.as_view()), name="password_reset"),
+    path("accounts/password/reset/sent/", auth_views.PasswordResetDoneView.as_view(), name="password_reset_done"),
+    path("accounts/reset/<uidb64>/<token>/", auth_views.PasswordResetConfirmView.as_view(),
+         name="password_reset_confirm"),
+    path("accounts/reset/done/", auth_views.PasswordResetCompleteView.as_view(), name="password_reset_complete"),
     path("", include((chat_patterns, "chat"))),
 ]

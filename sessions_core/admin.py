@@ -89,6 +89,9 @@ class ChatSessionAdmin(RecordsAccess, admin.ModelAdmin):
     def access_of(self, session):
         return session, "session (state, summary)"
 
+    def has_add_permission(self, request):
+        return False  # a chat begins with its first message, in the chat or through the engine
+
     @admin.display(boolean=True, description="running")
     def is_running(self, session):
         return session.is_running
@@ -141,7 +144,8 @@ class ChatSessionAdmin(RecordsAccess, admin.ModelAdmin):
 
     def transcript_view(self, request, pk):
         session = get_object_or_404(ChatSession.objects.select_related("owner"), pk=pk)
-        messages = Paginator(session.messages.select_related("run").order_by("seq"), TRANSCRIPT_PAGE)
+        messages = Paginator(session.messages.select_related("run", "run__parent_run").order_by("seq"),
+                             TRANSCRIPT_PAGE)
         page = messages.get_page(request.GET.get("page"))
         record_access(request, session, f"transcript, page {page.number}")
         changes = session.state_changes.select_related("run").order_by("-version")[:100]

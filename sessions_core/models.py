@@ -296,6 +296,16 @@ class Message(models.Model):
         return f"{self.role} #{self.seq}"
 
 
+class StateChangeQuerySet(models.QuerySet):
+    def on_current_branch(self):
+        """The changes the session's current branch is made of: not those of abandoned runs (or of their steps
+        and members), nor the resets that began a regenerate or an edit (they undo an abandoned run's changes,
+        which are not listed). A switch between branches stays: it is what moved the state."""
+        return (self.exclude(source__in=("branch:regenerate", "branch:edit"))
+                .exclude(run__abandoned=True).exclude(run__parent_run__abandoned=True)
+                .exclude(run__parent_run__parent_run__abandoned=True))
+
+
 class StateChange(models.Model):
     # No index of its own: the (session, version) unique constraint starts with it.
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="state_changes", db_index=False)
@@ -305,6 +315,8 @@ class StateChange(models.Model):
     inverse = models.JSONField(help_text="RFC 6902 JSON Patch back to the previous version.")
     source = models.CharField(max_length=128, help_text="tool:<name>, agentic, run_input, defaults, manual, admin.")
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = StateChangeQuerySet.as_manager()
 
     class Meta:
         constraints = [

@@ -18,6 +18,37 @@ PROMPT = (
 )
 
 
+# Words a title does not end on: cut after them, a phrase reads as broken off ("Plan a weekend trip to").
+_DANGLING = frozenset(
+    "a an the to of for and or but nor with without in into on onto at by from about as than that this these those"
+    " my your our their his her its is are was were be been am do does did will would can could should very really"
+    " so such some any no not i we you he she it they me us them if when while".split())
+# Openings that say nothing of the subject, left out when the title would be cut anyway.
+_OPENINGS = ("this is", "it is", "i want to", "i would like to", "i'd like to", "i need to", "i need", "let's",
+             "let us", "help me", "please")
+
+
+def short_title(text: str, max_words: int = MAX_WORDS) -> str:
+    """`text` as a title of at most `max_words` words: whole when it fits; else without an empty opening
+    ("This is a…"), cut to `max_words`, at the end of a clause within them, and back to a word the phrase
+    can end on."""
+    words = text.split()
+    if len(words) <= max_words:
+        return " ".join(words)
+    lowered = " ".join(words).lower()
+    for opening in _OPENINGS:
+        if lowered.startswith(opening + " ") and len(words) - len(opening.split()) > 1:
+            words = words[len(opening.split()):]
+            break
+    words = words[:max_words]
+    clause = max((i for i, word in enumerate(words[:-1], 1) if word[-1] in ",;:"), default=0)
+    if clause >= 2:  # "Add a step: design the homepage" ends at its clause: "Add a step"
+        words = words[:clause]
+    while len(words) > 1 and words[-1].lower().strip(",.;:!?-") in _DANGLING:
+        words.pop()
+    return " ".join(words).rstrip(",.;:-")
+
+
 def clean_title(text: str) -> str:
     title = " ".join(text.strip().split())
     for quote in ('"', "'", "`", "“", "”", "‘", "’"):
@@ -47,6 +78,6 @@ async def generate_session_name(model: Model, messages: list[ChatMessage]) -> tu
         if title and len(title.split()) <= MAX_WORDS:
             return title, True
     if title:
-        return " ".join(title.split()[:MAX_WORDS]), True
+        return short_title(title), True
     first_user = next((m.content for m in messages if m.role == "user" and m.content), "")
-    return " ".join(first_user.split()[:MAX_WORDS]) or FALLBACK, False
+    return short_title(first_user) or FALLBACK, False

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from . import offline_memory
 from .model_api import Model, ModelChunk, ToolCall
+from .naming import short_title
 from .tools import DELEGATE_TOOL
 
 
@@ -1141,8 +1142,7 @@ def _title(messages: list[dict]) -> str:
     while (shorter := _FILLER.sub("", text)) != text:
         text = shorter
     text = re.split(r"(?<=[.!?])\s+", text, maxsplit=1)[0]  # the first sentence: "What can you do? Please..."
-    words = re.sub(r"[\"“”‘’`]", "", text).strip(" .!?").split()[:5]
-    title = " ".join(words).strip(" .!?,")
+    title = short_title(re.sub(r"[\"“”‘’`]", "", text).strip(" .!?")).strip(" .!?,")
     return title[:1].upper() + title[1:] if title else "Offline demo chat"
 
 

@@ -9,17 +9,17 @@ for several). Only live sessions of the user count: everything starts from
 `ChatSession.objects.for_user(user).alive()`.
 
 Titles match when every term is a substring of the name (case-insensitive), newest activity first;
-then come names similar to the query (typos), closest first. Messages (user and assistant only:
+then come names similar to the query (typos: `title_similarity`, the same on both databases), closest first. Messages (user and assistant only:
 system prompts and tool output are not searched) match by full-text search with stemming, ordered like
 the sidebar: most recently active session first, newest message first within it. Pages are keyset
 cursors. The indexes (migrations 0002 and 0005) are always current when a search reads them, so a
 rename, a new message or a delete shows at once:
 
 * PostgreSQL: a stored tsvector column with a GIN index, `websearch_to_tsquery`, `ts_headline`
-  snippets, and pg_trgm `word_similarity` (GIN trigram index on the name) for typos. A query made
+  snippets, and pg_trgm `word_similarity` (GIN trigram index on the name) for typo candidates. A query made
   only of English stop words ("what is this"), which that configuration drops, is looked for as typed.
 * SQLite with FTS5: an external-content FTS5 table (porter stemmer) for messages, with `snippet()`; an
-  FTS5 trigram table on names supplies typo candidates, scored here exactly as pg_trgm would. Names
+  FTS5 trigram table on names supplies typo candidates. Names
   are indexed by triggers. Messages are indexed here, by the search that first reads them, so a run's
   transaction never writes to the index: the messages stored since the last search are indexed before
   each message search, and a message is found from the first search after its run is stored. Delete
@@ -40,8 +40,8 @@ from datetime import datetime, timezone as dt_timezone
 from django.conf import settings
 from django.contrib.postgres.search import SearchHeadline, SearchQuery, TrigramWordSimilarity
 from django.db import connections, transaction
-from django.db.models import BooleanField, Case, F, Func, IntegerField, Q, QuerySet, Value, When
-from django.db.models.functions import Cast, Floor, Left, Length
+from django.db.models import BooleanField, Case, F, Func, Q, QuerySet, Value, When
+from django.db.models.functions import Left, Length
 
 from .models import ChatSession, Message, Role
 from .storable import storable
@@ -52,7 +52,8 @@ INDEXED_CHARS = 100_000  # PostgreSQL indexes (and highlights) the first 100,000
 MARKUP_CHARS, MARKUP_STANDINS = "<>&", "\ue002\ue003\ue004"
 SEARCHED_ROLES = (Role.USER, Role.ASSISTANT)
 
-TITLE_SIMILARITY = 0.5  # pg_trgm word_similarity (computed the same way in Python on SQLite)
+TITLE_SIMILARITY = 0.5  # title_similarity: pg_trgm's word_similarity (computed in Python) or typos by edit distance
+CANDIDATE_SIMILARITY = 0.3  # PostgreSQL: titles this close by word_similarity are scored in Python
 FUZZY_CANDIDATES = 200  # SQLite: names sharing trigrams with the query, scored in Python
 FTS5_DRIVING_LIMIT = 25_000  # SQLite: below this many matches, start from the FTS5 index; above, walk the sessions
 SNIPPET_WORDS = 20
@@ -187,6 +188,7 @@ class MessageHit:
     role: str
     created_at: datetime
     snippet: Snippet
+    more: int = 0  # with one_per_session: other matching messages of this session on the page, collapsed into it
 
     @property
     def role_label(self) -> str:
@@ -289,8 +291,10 @@ def _decode(text: str) -> _Cursor:
 
 
 def search_sessions(user, query: str, *, limit: int = 20, cursor: str | None = None,
-                    using: str = "default") -> SearchPage:
-    """One page of `user`'s live sessions matching `query`: title hits, then message hits."""
+                    using: str = "default", one_per_session: bool = False) -> SearchPage:
+    """One page of `user`'s live sessions matching `query`: title hits, then message hits. With
+    `one_per_session`, a session's matching messages are one hit (its newest, counting the others on the
+    page in `more`), and the next page starts at the next session."""
     if limit < 1:
         raise ValueError("limit must be positive")
     parsed = parse_query(query)
@@ -324,8 +328,21 @@ def search_sessions(user, query: str, *, limit: int = 20, cursor: str | None = N
     if len(messages) > room:
         last = page.message_hits[-1] if room else None
         page.next_cursor = _encode(_Cursor("m", stamp=last.session.last_activity_at, pk=last.session.pk,
-                                                 seq=last.seq) if last else _Cursor("m"))
+                                           seq=0 if one_per_session else last.seq) if last else _Cursor("m"))
+    if one_per_session:
+        page.message_hits = _one_per_session(page.message_hits)
     return page
+
+
+def _one_per_session(hits: list[MessageHit]) -> list[MessageHit]:
+    """Each session's first hit (hits come session by session, newest message first), counting the rest."""
+    collapsed: list[MessageHit] = []
+    for hit in hits:
+        if collapsed and collapsed[-1].session.pk == hit.session.pk:
+            collapsed[-1].more += 1
+        else:
+            collapsed.append(hit)
+    return collapsed
 
 
 def _backends(connection) -> tuple[str, str | None]:
@@ -403,28 +420,17 @@ def _similarity_rank(similarity: float) -> int:
     return 101 - math.floor(similarity * 100)  # 1 (identical) .. 51 (at the threshold): after exact hits (0)
 
 
-def _after_rank_q(after: _Cursor | None) -> Q:
-    if after is None:
-        return Q()
-    return (Q(rank__gt=after.rank) | Q(rank=after.rank, last_activity_at__lt=after.stamp)
-            | Q(rank=after.rank, last_activity_at=after.stamp, pk__lt=after.pk))
-
-
 def _similar_titles_pg(candidates: QuerySet, parsed: ParsedQuery, after: _Cursor | None, n: int,
                        using: str) -> list[TitleHit]:
     text = " ".join(parsed.positive_words)
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
         # `%>` (the GIN-indexable form of word_similarity >= threshold) reads the threshold from here.
-        cursor.execute("SELECT set_config('pg_trgm.word_similarity_threshold', %s, true)", [str(TITLE_SIMILARITY)])
-        similar = (
-            candidates.filter(name__trigram_word_similar=text)
-            .annotate(rank=Cast(Value(101.0) - Floor(TrigramWordSimilarity(text, "name") * Value(100.0)),
-                                IntegerField()))
-            .filter(_after_rank_q(after))
-            .order_by("rank", "-last_activity_at", "-pk")
-        )
-        rows = list(similar[:n])
-    return [TitleHit(s, _highlight_similar(s.name, parsed.positive_words), rank=s.rank) for s in rows]
+        cursor.execute("SELECT set_config('pg_trgm.word_similarity_threshold', %s, true)",
+                       [str(CANDIDATE_SIMILARITY)])
+        similar = (candidates.filter(name__trigram_word_similar=text)
+                   .annotate(similarity=TrigramWordSimilarity(text, "name")).order_by("-similarity", "-pk"))
+        rows = list(similar[:FUZZY_CANDIDATES])
+    return _ranked_similar(rows, parsed.positive_words, after, n)
 
 
 def _similar_titles_sqlite(candidates: QuerySet, parsed: ParsedQuery, after: _Cursor | None, n: int,
@@ -443,12 +449,18 @@ def _similar_titles_sqlite(candidates: QuerySet, parsed: ParsedQuery, after: _Cu
             [match, *scope_params],
         )
         ids = [row[0] for row in cursor.fetchall()]
+    return _ranked_similar(candidates.filter(pk__in=ids), words, after, n)
+
+
+def _ranked_similar(candidates, words: list[str], after: _Cursor | None, n: int) -> list[TitleHit]:
+    """The candidates (sessions sharing trigrams with the query) similar enough to it, closest first, then
+    like the sidebar; the page after `after`."""
     scored = []
-    text = " ".join(words)
-    for session in candidates.filter(pk__in=ids):
-        similarity = text_similarity(text, session.name)
+    for session in candidates:
+        similarity = title_similarity(words, session.name)
         if similarity >= TITLE_SIMILARITY:
             scored.append((_similarity_rank(similarity), session))
+
     def key(rank: int, stamp: datetime, pk: int) -> tuple[int, int, int]:
         return rank, -micros(stamp), -pk
 
@@ -457,6 +469,42 @@ def _similar_titles_sqlite(candidates: QuerySet, parsed: ParsedQuery, after: _Cu
         scored = [item for item in scored
                   if key(item[0], item[1].last_activity_at, item[1].pk) > key(after.rank, after.stamp, after.pk)]
     return [TitleHit(s, _highlight_similar(s.name, words), rank=rank) for rank, s in scored[:n]]
+
+
+def title_similarity(words: list[str], name: str) -> float:
+    """How close a title is to the query's words, 0 to 1: pg_trgm's word similarity, or, where every word
+    of four letters or more is a typo of a word of the title (a letter wrong, missing, extra, or two swapped:
+    one such edit per word of up to seven letters, two in a longer one), the share of letters typed right
+    (trigrams alone rate a swap low: "panckaes" shares under half of the trigrams of "pancakes")."""
+    trigram = text_similarity(" ".join(words), name)
+    title_words = _WORD.findall(name.lower())
+    edits, letters = 0, 0
+    for word in words:
+        if len(word) < 4 or not title_words:
+            return trigram
+        allowed = 1 if len(word) <= 7 else 2
+        distance = min(_edit_distance(word, other, allowed) for other in title_words)
+        if distance > allowed:
+            return trigram
+        edits, letters = edits + distance, letters + len(word)
+    return max(trigram, 1 - edits / letters) if letters else trigram
+
+
+def _edit_distance(a: str, b: str, bound: int) -> int:
+    """Damerau-Levenshtein distance (optimal string alignment) between a and b, or bound + 1 once over it."""
+    if abs(len(a) - len(b)) > bound:
+        return bound + 1
+    before, row = None, list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        current = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            current[j] = min(row[j] + 1, current[j - 1] + 1, row[j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                current[j] = min(current[j], before[j - 2] + 1)
+        if min(current) > bound:
+            return bound + 1
+        before, row = row, current
+    return row[-1]
 
 
 def _trigram_sequence(text: str) -> list[str]:
@@ -692,7 +740,7 @@ def _highlight_similar(name: str, query_words: list[str]) -> Snippet:
     """Mark the words of a title that are close to a query word (the typo's target)."""
     def mark(match: re.Match) -> str:
         word = match.group(0)
-        close = any(text_similarity(q, word) >= TITLE_SIMILARITY for q in query_words)
+        close = any(title_similarity([q], word) >= TITLE_SIMILARITY for q in query_words)
         return f"{_OPEN}{word}{_CLOSE}" if close else word
 
     return _snippet(_WORD.sub(mark, name.translate(_SENTINELS)))

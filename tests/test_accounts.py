@@ -1,6 +1,8 @@
-"""Sign up, log in and log out."""
+"""Sign up, log in and log out; the account page, password change and reset."""
 
 from __future__ import annotations
+
+import re
 
 from django.contrib.auth import get_user_model
 from django.test import TestCase
@@ -70,3 +72,65 @@ def test_pages_name_an_icon_that_exists(client, db):
     page = client.get(reverse("login"))
     assert b'rel="icon" href="/static/chatapp/favicon.svg"' in page.content
     assert finders.find("chatapp/favicon.svg")
+
+
+@FAST_HASHERS
+class TestAccountPages(TestCase):
+    def test_the_sidebar_links_the_account_page_which_keeps_an_email_address(self):
+        alice = make_user("alice")
+        self.client.force_login(alice)
+        html = self.client.get(reverse("chat:new")).content.decode()
+        assert f'href="{reverse("account_settings")}"' in html
+        page = self.client.get(reverse("account_settings"))
+        assert page.status_code == 200 and b"alice" in page.content and reverse("password_change").encode() in page.content
+        refused = self.client.post(reverse("account_settings"), {"email": "not an address"})
+        assert refused.status_code == 400 and b'role="alert"' in refused.content
+        response = self.client.post(reverse("account_settings"), {"email": "alice@example.com"})
+        assert response["Location"] == reverse("account_settings")
+        alice.refresh_from_db()
+        assert alice.email == "alice@example.com"
+        assert self.client.get(reverse("account_settings")).content.count(b"Your e-mail address was saved.") == 1
+
+    def test_the_account_page_needs_a_sign_in(self):
+        assert self.client.get(reverse("account_settings"))["Location"].startswith(reverse("login"))
+
+    def test_a_password_is_changed_with_the_old_one(self):
+        alice = make_user("alice")
+        self.client.force_login(alice)
+        wrong = self.client.post(reverse("password_change"), {
+            "old_password": "nope", "new_password1": "a-new-pass-phrase-7", "new_password2": "a-new-pass-phrase-7"})
+        assert wrong.status_code == 200 and b'role="alert"' in wrong.content
+        response = self.client.post(reverse("password_change"), {
+            "old_password": "pw-alice-123", "new_password1": "a-new-pass-phrase-7", "new_password2": "a-new-pass-phrase-7"})
+        assert response["Location"] == reverse("password_change_done")
+        alice.refresh_from_db()
+        assert alice.check_password("a-new-pass-phrase-7")
+        assert b"Password changed" in self.client.get(reverse("password_change_done")).content
+
+    def test_a_forgotten_password_is_reset_through_the_emailed_link(self):
+        from django.core import mail
+
+        alice = make_user("alice")
+        alice.email = "alice@example.com"
+        alice.save()
+        assert reverse("password_reset").encode() in self.client.get(reverse("login")).content
+        response = self.client.post(reverse("password_reset"), {"email": "alice@example.com"})
+        assert response["Location"] == reverse("password_reset_done")
+        assert len(mail.outbox) == 1 and mail.outbox[0].to == ["alice@example.com"]
+        assert "alice" in mail.outbox[0].body
+        link = re.search(r"http://testserver(/accounts/reset/\S+/)", mail.outbox[0].body).group(1)
+        form = self.client.get(link, follow=True)  # Django moves the token out of the URL first
+        assert b'name="new_password1"' in form.content
+        done = self.client.post(form.redirect_chain[-1][0], {"new_password1": "a-reset-pass-phrase-3",
+                                                             "new_password2": "a-reset-pass-phrase-3"})
+        assert done["Location"] == reverse("password_reset_complete")
+        alice.refresh_from_db()
+        assert alice.check_password("a-reset-pass-phrase-3")
+        assert b"has been used already" in self.client.get(link, follow=True).content
+
+    def test_an_unknown_address_sends_nothing_and_says_the_same(self):
+        from django.core import mail
+
+        response = self.client.post(reverse("password_reset"), {"email": "nobody@example.com"})
+        assert response["Location"] == reverse("password_reset_done") and mail.outbox == []
+

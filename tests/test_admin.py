@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
@@ -171,3 +173,21 @@ def test_the_stop_action_asks_running_runs_to_stop_and_a_steps_run_through_its_r
     assert b"Asked 1 run(s) to stop." in response.content
     flags = dict(Run.objects.values_list("pk", "cancel_requested"))
     assert flags == {done.pk: False, workflow.pk: True, step.pk: False}  # the root's flag is the one runs read
+
+
+def test_chat_sessions_are_not_added_from_the_admin(admin_client_logged_in):
+    changelist = admin_client_logged_in.get(reverse("admin:sessions_core_chatsession_changelist"))
+    assert reverse("admin:sessions_core_chatsession_add").encode() not in changelist.content
+    assert admin_client_logged_in.get(reverse("admin:sessions_core_chatsession_add")).status_code == 403
+
+
+def test_the_transcript_names_each_step_message_by_its_step_under_its_turn(admin_client_logged_in):
+    session = make_session(make_user("hal"), component_id="shopping-workflow", kind="workflow")
+    turn = make_run(session, "add milk", None, kind="workflow")
+    make_run(session, "add milk", "Added milk.", parent_run=turn, kind="agent", step_name="Shopping assistant")
+    html = admin_client_logged_in.get(reverse("admin:sessions_core_chatsession_transcript", args=[session.pk])
+                                      ).content.decode()
+    rows = re.findall(r'<tr id="msg-(\d+)"( class="step-message")?>\s*<td>\d+</td>\s*<td[^>]*>(.*?)</td>', html, re.S)
+    assert [(seq, bool(step)) for seq, step, _ in rows] == [("1", False), ("2", True), ("3", True)]
+    assert rows[0][2].startswith(turn.run_id[:8])
+    assert "agent <strong>Shopping assistant</strong> of " + turn.run_id[:8] in rows[1][2]

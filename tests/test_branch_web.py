@@ -10,7 +10,7 @@ from django.test import Client, TransactionTestCase
 from django.urls import reverse
 
 from sessions_core.models import ChatSession, Run, StateChange
-from tests.factories import make_session, make_user
+from tests.factories import make_run, make_session, make_user
 from tests.live_support import LiveTestMixin, frames_until, settle
 from tests.llm_server import Text, ToolCalls
 
@@ -66,6 +66,11 @@ class BranchWebTests(LiveTestMixin, TransactionTestCase):
         assert "add eggs" in frames[-1] and "add bread" not in frames[-1]
         assert NUMBER.findall(frames[-1]) == [("1", "3")]
         assert "branch:switch" in frames[-1] and await self.state() == {"shopping_list": ["milk", "eggs"]}
+        # The timeline is the current branch's: one entry for the switch, no resets, no abandoned run's changes.
+        timeline = frames[-1][frames[-1].index('id="state-timeline"'):]
+        assert timeline.count('title="branch:switch">version switch<') == 1
+        assert "branch:regenerate" not in timeline and "branch:edit" not in timeline
+        assert "bread" not in timeline.split('title="branch:switch"')[1]  # the abandoned edit's change
         await settle()
 
         client = Client()
@@ -137,6 +142,20 @@ class ForkViewTests(LiveTestMixin, TransactionTestCase):
         assert plain.status_code == 302 and ChatSession.objects.filter(owner=alice).count() == 3
         assert copy.session_state == {"shopping_list": ["milk"]}
         assert list(copy.runs.values_list("input", flat=True)) == ["add milk"]
+
+    def test_a_fork_is_marked_in_its_title_and_each_fork_numbered(self):
+        alice = make_user("alice")
+        session = make_session(alice, component_id="shopping", name="Groceries", name_source="user")
+        run = make_run(session, "add milk", "Added milk.")
+        client = Client()
+        client.force_login(alice)
+        for _ in range(3):
+            client.post(reverse("chat:fork"), {"run_id": run.run_id})
+        forks = ChatSession.objects.exclude(pk=session.pk).filter(owner=alice).order_by("pk")
+        assert [fork.name for fork in forks] == ["Groceries (fork)", "Groceries (fork 2)", "Groceries (fork 3)"]
+        again = make_run(forks[0], "add eggs", "Added eggs.")
+        client.post(reverse("chat:fork"), {"run_id": again.run_id})  # a fork of a fork is marked once
+        assert ChatSession.objects.filter(owner=alice).order_by("pk").last().name == "Groceries (fork 4)"
 
 
 class SearchOpensTheBranchTests(LiveTestMixin, TransactionTestCase):

@@ -67,6 +67,17 @@ class TestTree(BranchTestCase):
         sources = list(StateChange.objects.order_by("version").values_list("source", flat=True))
         assert sources == ["defaults", "tool:add_item", "tool:add_item", "branch:regenerate", "tool:add_item"]
 
+    def test_the_current_branchs_changes_leave_out_abandoned_runs_and_the_resets(self):
+        self.shop.run("add milk", session_id="s")
+        eggs = self.shop.run("add eggs", session_id="s")
+        self.shop.edit_and_rerun(eggs.run_id, "add bread", session_id="s")
+        current = lambda: list(StateChange.objects.on_current_branch().order_by("version").values_list(  # noqa: E731
+            "version", "source"))
+        assert current() == [(1, "defaults"), (2, "tool:add_item"), (5, "tool:add_item")]
+        self.shop.set_current_branch(eggs.run_id, session_id="s")  # back to the first version: one entry says so
+        assert current() == [(1, "defaults"), (2, "tool:add_item"), (3, "tool:add_item"), (6, "branch:switch")]
+        assert StateChange.objects.count() == 6  # the log itself keeps everything
+
     def test_history_and_chat_history_follow_the_current_branch(self):
         self.shop.run("add milk", session_id="s")
         self.shop.run("add eggs", session_id="s")

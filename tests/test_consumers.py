@@ -302,6 +302,23 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         assert run.status == RunStatus.COMPLETED
         await socket.disconnect()
 
+    async def test_a_page_loaded_mid_run_gets_the_runs_state_changes_and_the_status_line(self):
+        hold = threading.Event()
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk, and more to say", wait_event=hold))
+        socket = await self.socket(self.shopping.session_id, self.alice)
+        await self.send(socket, "add milk")
+        await frames_until(socket, is_stream_frame)  # the tool has changed the state; the reply is streaming
+        reload = await self.socket(self.shopping.session_id, self.alice)  # a page loaded now (no reconnect)
+        frames = await frames_until(reload, lambda f: "Generating a reply" in f)
+        panels = [f for f in frames if 'id="state-panel"' in f]
+        assert panels and "milk" in panels[-1] and "saving with the reply" in panels[-1]
+        assert 'data-version="2"' in panels[-1] and 'id="state-edit"' not in panels[-1]  # in flight: no editor
+        hold.set()
+        await frames_until(reload, run_done())
+        await settle()
+        await socket.disconnect()
+        await reload.disconnect()
+
     async def test_a_message_sent_during_a_run_is_queued_and_runs_next(self):
         hold = threading.Event()
         self.llm.add(Text("first reply here", wait_event=hold), Text("second reply"))

@@ -7,7 +7,7 @@ from sessions_core import Agent, StepInput, StepOutput, Workflow
 from sessions_core.history import ChatMessage
 from sessions_core.llm import OfflineModel
 from sessions_core.models import ChatSession, NameSource
-from sessions_core.naming import generate_session_name
+from sessions_core.naming import generate_session_name, short_title
 from tests.llm_server import Error, Text
 
 pytestmark = pytest.mark.django_db
@@ -81,7 +81,7 @@ def test_offline_model_titles_from_the_first_message():
     assert generated
     assert 0 < len(title.split()) <= 5
     assert '"' not in title
-    assert title.lower().startswith("help me plan")
+    assert title == "Plan a birthday party"  # "Can you help me" said nothing of the subject
 
 
 @pytest.mark.django_db(transaction=True)
@@ -126,3 +126,14 @@ def test_a_workflows_generated_name_uses_a_short_description_whole(description, 
     created = ChatSession.objects.get(session_id="w").created_at
     assert session.session_name == f"{title} - {created:%Y-%m-%d %H:%M}"
     assert llm_server.requests == []
+
+
+@pytest.mark.parametrize(("text", "title"), [
+    ("Plan a weekend trip to Lisbon in May", "Plan a weekend trip"),  # never ends on "to"
+    ("Add a step: design the homepage and footer", "Add a step"),  # ends with its clause
+    ("This is a very long message about the garden", "a very long message"),
+    ("Short and whole", "Short and whole"),
+    ("one two three four five six seven", "one two three four five"),
+])
+def test_a_title_cut_to_five_words_ends_where_it_reads(text, title):
+    assert short_title(text) == title

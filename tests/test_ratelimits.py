@@ -276,6 +276,14 @@ class TestHTTPLimits(WebTestCase):
         assert not User.objects.filter(username="frank").exists()  # nothing written
         assert self.signup("frank", "10.9.9.9").status_code == 302  # from elsewhere it works
 
+    @override_settings(CHAT_PASSWORD_RESETS_PER_ADDRESS_PER_HOUR=2)
+    def test_password_reset_requests_per_address(self):
+        reset = lambda address="10.0.0.1": self.client.post(reverse("password_reset"), {"email": "x@example.com"},
+                                                            REMOTE_ADDR=address)  # noqa: E731
+        assert reset().status_code == 302 and reset().status_code == 302
+        self.assert_429(reset(), "CHAT_PASSWORD_RESETS_PER_ADDRESS_PER_HOUR", 3600)
+        assert reset("10.9.9.9").status_code == 302
+
     @override_settings(CHAT_NEW_CHATS_PER_MINUTE=0, CHAT_MESSAGES_PER_MINUTE=0, CHAT_RUNS_IN_FLIGHT=0,
                        CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR=0, CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR=0,
                        CHAT_LOGINS_PER_ADDRESS_PER_HOUR=0, CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR=0)

@@ -68,6 +68,13 @@ def test_markdown_renders_links_tables_and_emphasis():
     assert "<table>" in html and "<td>1</td>" in html
 
 
+def test_a_tables_alignment_is_a_class_never_a_style_attribute():
+    """The Content-Security-Policy refuses style attributes; a class of the three alignments says the same."""
+    html = rendering.render_markdown("| a | b | c |\n|:-|-:|:-:|\n| 1 | 2 | 3 |")
+    assert '<th class="align-left">a</th>' in html and '<td class="align-right">2</td>' in html
+    assert '<td class="align-center">3</td>' in html and "style" not in html
+
+
 def test_code_blocks_are_highlighted_with_a_copy_button():
     html = rendering.render_markdown("```python\ndef f():\n    return '<b>'\n```")
     assert '<button type="button" class="copy-code">Copy</button>' in html
@@ -176,6 +183,10 @@ class TestRunFragment(TestCase):
     def test_stopped_and_failed_runs_say_so(self):
         stopped = make_run(self.session, reply="half", status=RunStatus.CANCELLED)
         assert "Stopped." in rendering.render_run(stopped)
+        silent = make_run(self.session, status=RunStatus.CANCELLED)
+        Run.objects.filter(pk=silent.pk).update(content=f"Run {silent.run_id} was cancelled")  # the engine's words
+        html = rendering.render_run(Run.objects.get(pk=silent.pk))
+        assert "Stopped before any reply was written." in html and "was cancelled" not in html
         failed = make_run(self.session, reply=None, status=RunStatus.ERROR, error="The model is overloaded <b>")
         html = rendering.render_run(failed)
         assert f'<button type="button" class="retry button small" data-run-id="{failed.run_id}">Retry</button>' in html
@@ -301,3 +312,14 @@ def test_state_panel_shows_the_session_summary_collapsed_and_escaped():
     assert "Likes &lt;b&gt;bold&lt;/b&gt; hikes." in html
     assert "Topics: hiking, food" in html
     assert "<details class=\"session-summary\"" not in render_state_panel(make_session(make_user("nosum")))
+
+
+def test_a_changes_source_is_labelled_in_a_readers_words():
+    from chatapp.state_view import source_label
+
+    assert source_label("member:Status tracker/tool:update_step_status") == "Status tracker › update_step_status"
+    assert source_label("step:Tally/function") == "Tally › function"
+    assert source_label("tool:add_item") == "add_item"
+    assert (source_label("manual"), source_label("branch:switch"), source_label("agentic")) == (
+        "your edit", "version switch", "the assistant")
+    assert source_label("step:Shopping assistant/agentic") == "Shopping assistant › the assistant"

@@ -135,6 +135,20 @@ class TestTitlesAndContent(SearchTestCase):
         snippets = [marked(h.snippet) for h in search_sessions(self.alice, "kiwi").message_hits]
         assert snippets == ["<mark>kiwi</mark> three", "<mark>kiwi</mark> one", "<mark>kiwi</mark> two"]
 
+    def test_one_hit_per_session_counts_the_rest_and_pages_on_to_the_next_session(self):
+        old = make_session(self.alice, name="Old")
+        make_run(old, "kiwi a", None)
+        busy = make_session(self.alice, name="Busy")
+        for n in range(6):
+            make_run(busy, f"kiwi {n}", None)
+        first = search_sessions(self.alice, "kiwi", limit=3, one_per_session=True)
+        assert [(h.session.name, marked(h.snippet), h.more) for h in first.message_hits] == [
+            ("Busy", "<mark>kiwi</mark> 5", 2)]
+        rest = search_sessions(self.alice, "kiwi", limit=3, cursor=first.next_cursor, one_per_session=True)
+        assert [(h.session.name, h.more) for h in rest.message_hits] == [("Old", 0)]  # Busy is not listed again
+        assert rest.next_cursor is None
+        assert len(search_sessions(self.alice, "kiwi").message_hits) == 7  # the engine's default: every message
+
     def test_system_prompts_and_tool_output_are_not_searched(self):
         session = make_session(self.alice, name="Tools")
         add_message(session, "system", "You are zanzibar, a helpful assistant.")
@@ -173,6 +187,15 @@ class TestTypos(SearchTestCase):
         assert sorted(names(hits)) == ["Old recipes book", "Recipe list", "Recipes A", "Recipes B", "Recipes C"]
         assert all(hit.fuzzy for hit in hits)
         assert [hit.rank for hit in hits] == sorted(hit.rank for hit in hits)
+
+    def test_two_swapped_letters_are_a_typo_on_both_databases(self):
+        make_session(self.alice, name="Pancakes for Sunday")
+        make_session(self.alice, name="Pan fried fish")
+        page = search_sessions(self.alice, "panckaes")  # trigrams alone rate it 0.44
+        assert names(page.title_hits) == ["Pancakes for Sunday"]
+        assert page.title_hits[0].fuzzy and marked(page.title_hits[0].snippet) == "<mark>Pancakes</mark> for Sunday"
+        assert search.title_similarity(["panckaes"], "Pancakes for Sunday") == 0.875
+        assert search.title_similarity(["pcnkaaes"], "Pancakes") < search.TITLE_SIMILARITY  # three edits
 
     def test_a_dissimilar_title_is_not_a_typo_match(self):
         make_session(self.alice, name="Quarterly budget review")

@@ -81,9 +81,8 @@ class TestSearchHx(TestCase):
         assert "<img" not in html and "&lt;img" in html
 
     def test_more_results_load_when_scrolled_into_view_and_continue_without_repeating_the_wrapper(self):
-        session = make_session(self.alice, name="Log")
-        for i in range(25):
-            make_run(session, f"entry {i} mentions wombat", None)
+        for i in range(25):  # a chat is one hit, however many of its messages match
+            make_run(make_session(self.alice, name=f"Log {i}"), f"entry {i} mentions wombat", None)
         first = self.get(q="wombat").content.decode()
         assert first.count('class="search-hit message-hit"') == 20
         pattern = r'<li class="search-more" hx-get="([^"]+)" hx-trigger="intersect once" hx-swap="outerHTML">'

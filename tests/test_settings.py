@@ -17,7 +17,9 @@ VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "
              "CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", "CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR",
              "CHAT_LOGINS_PER_ADDRESS_PER_HOUR", "CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR", "STATIC_ROOT",
              "TRUST_PROXY_HEADERS", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS",
-             "SECURE_HSTS_PRELOAD", "DATABASE_POOL_MAX", "DATABASE_POOL_TIMEOUT", "CHAT_MAX_MODEL_CALLS")
+             "SECURE_HSTS_PRELOAD", "DATABASE_POOL_MAX", "DATABASE_POOL_TIMEOUT", "CHAT_MAX_MODEL_CALLS",
+             "EMAIL_HOST", "EMAIL_PORT", "EMAIL_HOST_USER", "EMAIL_HOST_PASSWORD", "EMAIL_USE_TLS", "DEFAULT_FROM_EMAIL",
+             "CHAT_PASSWORD_RESETS_PER_ADDRESS_PER_HOUR")
 
 
 def load(monkeypatch, **env):
@@ -152,7 +154,8 @@ def test_a_database_url_that_is_not_a_url_is_refused(monkeypatch):
 LIMITS = ("CHAT_MAX_JSON_DEPTH", "CHAT_MAX_JSON_BYTES", "CHAT_MAX_STATE_BYTES", "CHAT_MESSAGES_PER_MINUTE",
           "CHAT_RUNS_IN_FLIGHT", "CHAT_NEW_CHATS_PER_MINUTE", "CHAT_IMPORTS_PER_HOUR", "CHAT_TITLES_PER_HOUR", "CHAT_BRANCH_SWITCHES_PER_MINUTE",
           "CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", "CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR",
-          "CHAT_LOGINS_PER_ADDRESS_PER_HOUR", "CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR")
+          "CHAT_LOGINS_PER_ADDRESS_PER_HOUR", "CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR",
+          "CHAT_PASSWORD_RESETS_PER_ADDRESS_PER_HOUR")
 
 
 @pytest.mark.parametrize("name", LIMITS + ("CHAT_TOOL_TIMEOUT_SECONDS",))
@@ -191,3 +194,15 @@ def test_trusted_origins_are_read_from_the_environment(monkeypatch):
     assert load(monkeypatch).CSRF_TRUSTED_ORIGINS == []
     trusted = load(monkeypatch, CSRF_TRUSTED_ORIGINS="https://chat.example.com:8443,https://other.example")
     assert trusted.CSRF_TRUSTED_ORIGINS == ["https://chat.example.com:8443", "https://other.example"]
+
+
+def test_email_is_printed_on_the_console_until_a_host_is_set(monkeypatch):
+    assert load(monkeypatch).EMAIL_BACKEND == "django.core.mail.backends.console.EmailBackend"
+    settings = load(monkeypatch, EMAIL_HOST="smtp.example.com", EMAIL_PORT="465", EMAIL_HOST_USER="app",
+                    EMAIL_HOST_PASSWORD="secret", EMAIL_USE_TLS="false", DEFAULT_FROM_EMAIL="chat@example.com")
+    assert settings.EMAIL_BACKEND == "django.core.mail.backends.smtp.EmailBackend"
+    assert (settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_HOST_USER, settings.EMAIL_HOST_PASSWORD,
+            settings.EMAIL_USE_TLS, settings.DEFAULT_FROM_EMAIL) == (
+        "smtp.example.com", 465, "app", "secret", False, "chat@example.com")
+    with pytest.raises(ImproperlyConfigured, match="EMAIL_PORT"):
+        load(monkeypatch, EMAIL_HOST="smtp.example.com", EMAIL_PORT="0")

@@ -111,6 +111,10 @@ class WorkflowWebTests(LiveTestMixin, TransactionTestCase):
         await settle()
 
         assert "Stopped" in frames[-1]
+        # Said in words, the step's words so far where the reply goes, and the step that never ran named.
+        reply = re.search(rf'id="reply-{run_id}">(.*?)</div>', frames[-1], re.S).group(1)
+        assert "Adding" in reply and "was cancelled" not in frames[-1]
+        assert "Tally did not run: the state keeps the changes made before the stop" in frames[-1]
         assert [status for _, status, _ in map(lambda row: STEP.search(row).groups(), step_rows(frames[-1]))] == [
             "cancelled"]  # the agent step, stopped; Tally never started
         runs = [(run.kind, run.step_name, run.status) async for run in Run.objects.filter(session=session).order_by("pk")]

@@ -23,6 +23,7 @@ Follower per socket, hands it the layer events and the query string, and sends w
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from urllib.parse import parse_qs
@@ -54,6 +55,15 @@ def _catch_up_reads(session_pk: int, last_run: str | None, running: str, here: s
         html, append = fragments.missed(session_pk, last_run, running, here or there)
     stored = fragments.stored_reply(session_pk, there, append) if there else None
     return html, append, queue.waiting(session_pk), there, stored
+
+
+def _streamed_catch_up(run, calls, append: bool, live_state: ChatSession | None, changed_keys, pending_changes) -> str:
+    """A run this process streams, as a page that connects mid-run needs it: the run so far, the status
+    line, and the state panel with the run's changes when it made some. Reads the database."""
+    html = fragments.streamed_html(run, calls, append) + rendering.render_status(fragments.RUNNING_STATUS)
+    if live_state is not None:
+        html += fragments.state_html(live_state, changed_keys, pending_changes)
+    return html
 
 
 class Follower:
@@ -115,11 +125,19 @@ class Follower:
             await queue.adopt_orphans(self.session)
             self._watch_queue()
         if snapshot is not None:
+            # The run so far, the status line, and (the page drew the stored state) the run's state changes.
             run, calls, mark = snapshot
-            await self.send(await dbthreads.run(fragments.streamed_html, run, calls, append))
+            live_state = None
+            if current.state is not None:
+                live_state = copy.copy(self.session)
+                live_state.session_state, live_state.state_version = current.state
+            await self.send(await dbthreads.run(_streamed_catch_up, run, calls, append, live_state,
+                                                current.changed_keys, current.pending_changes))
             self.have[run.run_id] = mark
         elif stored is not None:
             html, elements = stored
+            if elements is not None:
+                html += rendering.render_status(fragments.RUNNING_STATUS)
             await self.send(html)
             if elements is None:
                 self._ended(there)

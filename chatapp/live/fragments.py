@@ -17,6 +17,7 @@ from .. import memories, rendering
 from ..markdown_stream import ReplyStream
 
 QUEUED_STATUS = "Your message is queued; it will run after the current reply."
+RUNNING_STATUS = "Generating a reply…"
 STATUS_NOTES = {
     RunStatus.COMPLETED: ("Reply complete.", "info"),
     RunStatus.CANCELLED: ("Stopped. The partial reply was kept.", "info"),

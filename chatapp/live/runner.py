@@ -291,6 +291,7 @@ async def _pump(session: ChatSession, item: Prompt, agent) -> None:
                 live.changed_keys = sorted(set(live.changed_keys) | set(event.changed_keys))
                 live.pending_changes.insert(0, state_view.describe_pending_change(event))
                 session.session_state, session.state_version = event.session_state, event.state_version
+                live.state = (event.session_state, event.state_version)
                 await abroadcast_to_session(pk, await sync_to_async(fragments.state_html)(
                     session, live.changed_keys, live.pending_changes))
             elif kind == "cancelled":
@@ -334,13 +335,23 @@ async def _pump(session: ChatSession, item: Prompt, agent) -> None:
 
 
 async def _step_event(session_pk: int, live: LiveRun, kind: str | None, event) -> None:
-    """A step's or member's event: its row appears when it starts and is redrawn as stored when it ends
+    """A step's or member's event: its row appears (open) when it starts, its words and tool calls show in it
+    as they come (words at most every CHAT_STREAM_BATCH_SECONDS), and it is redrawn as stored when it ends
     (its text and tool calls with it), in every tab alike."""
     if isinstance(event, RunContinuedEvent):  # a paused step or member goes on: its row is on the page already
         live.steps[event.run_id] = not (event.parent_run_id == live.run_id and live.run.kind == "workflow")
     elif kind == "step" or (kind == "started" and event.run_id not in live.steps):
         live.steps[event.run_id] = kind == "started"  # a member's run has no StepStarted before it
         await abroadcast_to_session(session_pk, fragments.step_started_html(event))
+    elif kind == "content" and event.run_id in live.steps:
+        text = live.step_text[event.run_id] = live.step_text.get(event.run_id, "") + (event.content or "")
+        now = time.monotonic()
+        if now - live.step_sent.get(event.run_id, 0.0) >= settings.CHAT_STREAM_BATCH_SECONDS:
+            live.step_sent[event.run_id] = now
+            await abroadcast_to_session(session_pk, rendering.render_step_content(event.run_id, text))
+    elif kind == "tool" and event.run_id in live.steps and event.tool.tool_name != DELEGATE_TOOL:
+        call = fragments.tool_call(event, started=event.event in _TOOL_STARTED)
+        await abroadcast_to_session(session_pk, fragments.tool_html(event.run_id, call))
     elif kind == "done" and event.run_id in live.steps:
         member = live.steps[event.run_id]
         await abroadcast_to_session(session_pk, await sync_to_async(fragments.step_done_html)(event.run_id, member))
@@ -364,7 +375,7 @@ async def _started(session: ChatSession, item: Prompt, live: LiveRun, queued: bo
         html = fragments.started_html(live.run)
     if queued or item.adopt:
         html += rendering.render_delete("li", f"queued-{live.run_id}")
-    await abroadcast_to_session(pk, html + rendering.render_status("Generating a reply…"))
+    await abroadcast_to_session(pk, html + rendering.render_status(fragments.RUNNING_STATUS))
     # The sidebar row, running and at the top (with the fallback title of a new chat), as the engine's
     # start has just stored it (its lease, its last activity): beside the reply's first text rather
     # than before it, and always before the row the run's end pushes (_finished waits for it).

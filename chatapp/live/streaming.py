@@ -45,7 +45,10 @@ class LiveRun:
     tool_calls: dict[str, rendering.ToolCallView] = field(default_factory=dict)  # its tool rows, by call id
     changed_keys: list[str] = field(default_factory=list)
     pending_changes: list[dict] = field(default_factory=list)  # timeline entries stored when the run ends
+    state: tuple[dict, int] | None = None  # the state and version its last change made (stored when it ends)
     steps: dict[str, bool] = field(default_factory=dict)  # step and member runs shown: run id -> is a member
+    step_text: dict[str, str] = field(default_factory=dict)  # a running step's or member's words so far
+    step_sent: dict[str, float] = field(default_factory=dict)  # when its words were last sent (monotonic)
     row_pushed: asyncio.Task | None = None  # the sidebar row pushed as the run started (off its first token's path)
     announced: asyncio.Event = field(default_factory=asyncio.Event)  # its chat.run_done has been sent
 

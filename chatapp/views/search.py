@@ -22,7 +22,8 @@ def search_hx(request: HtmxHttpRequest) -> HttpResponse:
     """First page (the whole results box) or, with `cursor`, the next rows to replace the "more" row."""
     text = request.GET.get("q", "").strip()[:MAX_QUERY_CHARS]
     try:
-        page = search_sessions(request.user, text, limit=PAGE_SIZE, cursor=request.GET.get("cursor") or None)
+        page = search_sessions(request.user, text, limit=PAGE_SIZE, cursor=request.GET.get("cursor") or None,
+                               one_per_session=True)
     except InvalidCursor:
         return HttpResponseBadRequest("Invalid cursor.")
     more_url = ""

@@ -56,6 +56,8 @@ def fork(request: HtmxHttpRequest) -> HttpResponse:
     new_id = get_assistant(run.session.component_id).fork_session(run.run_id, session_id=run.session.session_id,
                                                                   user_id=request.user)
     copy = ChatSession.objects.for_user(request.user).get(session_id=new_id)
+    copy.name = titles.fork_title(copy)
+    copy.save(update_fields=["name"])
     broadcast_to_user(request.user.pk, rendering.render_session_item_to_top(copy))
     if request.htmx:
         return HttpResponseClientRedirect(reverse("chat:session", args=[new_id]))

@@ -31,6 +31,11 @@ from .model_loop import ModelLoop
 logger = logging.getLogger("sessions_core")
 
 
+def cancelled_content(run_id: str) -> str:
+    """A stopped run's content when it had written nothing (Agno's words)."""
+    return f"Run {run_id} was cancelled"
+
+
 def new_run_id() -> str:
     return str(uuid.uuid4())
 
@@ -158,7 +163,7 @@ class BaseRun(ModelLoop):
         if partial:  # the reply of a model call that was stopped or failed part-way
             self.new_messages.append(ChatMessage(role=Role.ASSISTANT, content=partial))
         if status == RunStatus.CANCELLED:
-            out.content = "".join(self.content_parts) or f"Run {self.run_id} was cancelled"
+            out.content = "".join(self.content_parts) or cancelled_content(self.run_id)
         elif status == RunStatus.ERROR:
             out.content = error
         if self.started:  # (a run cancelled while it waited its turn never started)

@@ -217,11 +217,13 @@
   }
 
   // --- a state edit in progress survives live panel updates --------------------------------------
-  // The kept text is saved against the version it was based on, so the server refuses it as stale
-  // (with a message) rather than silently overwriting what changed meanwhile. A panel sent while a
-  // reply changes the state has no editor: the text waits for the next panel that has one.
-  // The user's own save is not an edit in progress: its panel comes back over the socket before the
-  // HTTP response, and keeping the text then would keep the old version, refusing the next save as stale.
+  // An editor open in this tab stays open when another tab's save or a reply sends a new panel: untouched,
+  // it shows the new state; with changes, they are kept and saved against the version they were based on,
+  // so the server refuses them as stale (with a message) rather than silently overwriting what changed
+  // meanwhile. A panel sent while a reply changes the state has no editor: the editor waits for the next
+  // panel that has one. The user's own save is not an edit in progress: its panel comes back over the
+  // socket before the HTTP response, and keeping the text then would keep the old version, refusing the
+  // next save as stale.
   var pendingEdit = null, savingText = null;
   document.addEventListener("htmx:beforeRequest", function (event) {
     if (event.target.closest && event.target.closest("#state-edit")) {
@@ -235,21 +237,25 @@
     var textarea = document.getElementById("state-json");
     var saving = savingText !== null && textarea && textarea.value === savingText;
     savingText = null;
-    if (details && details.open && textarea && textarea.value !== textarea.defaultValue && !saving) {
-      pendingEdit = {text: textarea.value, version: details.querySelector("input[name=version]").value};
+    if (!details || !details.open || !textarea || saving) return;
+    pendingEdit = {text: null, version: null, height: textarea.style.height};
+    if (textarea.value !== textarea.defaultValue) {
+      pendingEdit.text = textarea.value;
+      pendingEdit.version = details.querySelector("input[name=version]").value;
     }
   });
 
   document.addEventListener("htmx:oobAfterSwap", function () {
-    if (pendingEdit) {
-      var details = document.getElementById("state-edit");
-      if (details) {
-        details.open = true;
-        document.getElementById("state-json").value = pendingEdit.text;
-        details.querySelector("input[name=version]").value = pendingEdit.version;
-        pendingEdit = null;
-      }
+    var details = pendingEdit && document.getElementById("state-edit");
+    if (!details) return;
+    var textarea = document.getElementById("state-json");
+    details.open = true;
+    if (pendingEdit.text !== null) {
+      textarea.value = pendingEdit.text;
+      details.querySelector("input[name=version]").value = pendingEdit.version;
     }
+    textarea.style.height = pendingEdit.height;  // the size the user dragged it to
+    pendingEdit = null;
   });
 
   // --- the tab's title and the header follow the chat's title (a rename, a generated title) --------
@@ -657,6 +663,57 @@
   document.addEventListener("htmx:afterRequest", function (event) {
     if (refocusRow && !event.detail.successful && refocusRow.row.contains(event.detail.elt)) refocusRow = null;
   });
+
+  // --- the chat list is one Tab stop: arrows move through it ----------------------------------------
+  // One row's link is in the Tab order (the last one the keyboard was on, else the open chat's, else the
+  // first); ↑/↓, Home and End move between rows, → reaches the row's "more" button (← comes back), and the
+  // context-menu key or Shift+F10 opens the row's menu. Rows pushed live are taken in by syncRoving.
+  function listLinks() {
+    return Array.from(document.querySelectorAll(".session-nav .session-item:not([hidden]) .session-link"));
+  }
+  function syncRoving() {
+    var links = listLinks();
+    if (!links.length) return;
+    var stop = links.find(function (link) { return link.getAttribute("tabindex") === "0"; }) ||
+      links.find(function (link) { return link.getAttribute("aria-current") === "page"; }) || links[0];
+    links.forEach(function (link) { link.setAttribute("tabindex", link === stop ? "0" : "-1"); });
+    document.querySelectorAll(".session-nav .row-menu-button").forEach(function (button) {
+      button.setAttribute("tabindex", "-1");
+    });
+  }
+  function moveTo(link) {
+    listLinks().forEach(function (other) { other.setAttribute("tabindex", other === link ? "0" : "-1"); });
+    link.focus();
+  }
+  document.addEventListener("keydown", function (event) {
+    var link = event.target.closest && event.target.closest(".session-nav .session-link");
+    var more = !link && event.target.closest && event.target.closest(".session-nav .row-menu-button");
+    if (more && event.key === "ArrowLeft") {
+      event.preventDefault();
+      moveTo(more.closest(".session-item").querySelector(".session-link"));
+      return;
+    }
+    if (!link || event.altKey || event.ctrlKey || event.metaKey) return;
+    var links = listLinks(), at = links.indexOf(link);
+    var moves = {ArrowDown: at + 1, ArrowUp: at - 1, Home: 0, End: links.length - 1};
+    if (event.key in moves && !event.shiftKey) {
+      event.preventDefault();
+      var next = links[Math.max(0, Math.min(links.length - 1, moves[event.key]))];
+      if (next) moveTo(next);
+    } else if (event.key === "ArrowRight" && !event.shiftKey) {
+      event.preventDefault();
+      link.closest(".session-item").querySelector(".row-menu-button").focus();
+    } else if (event.key === "ContextMenu" || (event.shiftKey && event.key === "F10")) {
+      event.preventDefault();
+      openRowMenu(link.closest(".session-item").querySelector(".row-menu-button"), false);
+    }
+  });
+  document.addEventListener("focusin", function (event) {
+    var link = event.target.closest && event.target.closest(".session-nav .session-link");
+    if (link && link.getAttribute("tabindex") !== "0") moveTo(link);
+  });
+  document.addEventListener("htmx:load", syncRoving);
+  document.addEventListener("DOMContentLoaded", syncRoving);
 
   // --- search by keyboard: arrows move through the hits, Enter opens one, Esc closes the search ------
   function searchLinks() {

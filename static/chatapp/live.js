@@ -134,8 +134,11 @@
     form.elements.text.select();
   }
   function closeEdit(form) {
+    const focused = form.contains(document.activeElement);
     form.hidden = true;
     form.reset();
+    const edit = form.closest(".user-message").querySelector(".edit-run");
+    if (focused && edit) edit.focus();  // back to the button, shown again with the message
   }
   document.addEventListener("click", (event) => {
     const target = event.target.closest(".regenerate[data-run-id], .branch-switch[data-run-id], .edit-run, .edit-cancel");

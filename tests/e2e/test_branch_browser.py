@@ -100,3 +100,41 @@ def test_regenerate_switch_back_edit_and_rerun_with_the_state_following(page, co
     expect(page.locator("#transcript .run .message-text")).to_have_text("add milk")
     expect(page.locator("#state-panel .state-tree")).to_contain_text("milk")
     expect(page.locator("#state-panel .state-tree")).not_to_contain_text("eggs")
+
+
+def test_the_editor_takes_the_messages_place_and_the_version_arrows_are_easy_targets(page, context, daphne_server,
+                                                                                    llm_server):
+    llm_server.responder = adds
+    alice = make_user("alice", "pw-alice-123")
+    session = make_session(alice, component_id="shopping")
+    log_in(context, daphne_server.url, alice)
+    page.set_viewport_size({"width": 1400, "height": 900})
+    open_chat(page, daphne_server, session)
+    send(page, "add milk")
+    long = "please remember that we are out of many things this week and " * 6 + "add eggs"
+    send(page, long)
+    expect(page.locator("#transcript .run[data-status='completed']")).to_have_count(2)
+
+    for run in page.locator("#transcript .run").all():  # Edit is under the bubble, short message or long
+        bubble, edit = run.locator(".message-text").bounding_box(), run.locator(".edit-run").bounding_box()
+        assert edit["y"] >= bubble["y"] + bubble["height"] and edit["x"] == pytest.approx(bubble["x"], abs=1)
+
+    last = page.locator("#transcript .run").last
+    last.locator(".edit-run").click()
+    form = last.locator(".edit-form")
+    expect(form.locator("textarea")).to_be_focused()
+    expect(last.locator(".message-text")).to_be_hidden()  # the text is in the editor, not twice on the page
+    expect(last.locator(".edit-run")).to_be_hidden()
+    save, cancel = form.get_by_role("button", name="Save & rerun").bounding_box(), form.get_by_role(
+        "button", name="Cancel").bounding_box()
+    width = form.bounding_box()["width"]
+    assert save["y"] == pytest.approx(cancel["y"], abs=1) and save["width"] + cancel["width"] < width / 2
+    page.keyboard.press("Escape")
+    expect(last.locator(".message-text")).to_be_visible()
+    expect(last.locator(".edit-run")).to_be_focused()
+
+    last.locator(".regenerate").click()
+    expect(page.locator("#transcript .run").last.locator(".branch-number").last).to_have_text("2/2")
+    for arrow in page.locator("#transcript .run").last.locator(".branch-switch").all():
+        box = arrow.bounding_box()
+        assert box["width"] >= 32 and box["height"] >= 32

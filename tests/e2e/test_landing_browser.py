@@ -235,7 +235,7 @@ def test_the_shortcuts_help_and_the_shortcuts(page, daphne_server, llm_server):
     assert ChatSession.objects.count() == 1
 
 
-def test_the_state_panel_folds_on_a_desktop_and_is_absent_without_state(page, daphne_server):
+def test_the_state_panel_folds_on_a_desktop_and_shows_a_summary_without_state(page, daphne_server):
     alice = make_user("alice")
     shopping = make_session(alice, component_id="shopping", name="List", name_source="user",
                             session_state={"shopping_list": ["tea"]})
@@ -256,8 +256,8 @@ def test_the_state_panel_folds_on_a_desktop_and_is_absent_without_state(page, da
     page.locator(".state-collapse").click()
     expect(page.locator("#state-pane")).to_be_visible()
     open_chat(page, daphne_server, general)
-    expect(page.locator("#state-pane")).to_be_hidden()  # the general assistant keeps no state
-    expect(page.locator(".state-collapse")).to_be_hidden()
+    expect(page.locator("#state-panel")).to_have_attribute("data-panel", "summary")  # no state: its summary
+    expect(page.locator("#state-version")).to_have_count(0)
 
 
 def test_a_phones_drawers_close_on_the_backdrop_and_esc(browser, daphne_server):
@@ -313,3 +313,62 @@ def test_deleting_the_last_chat_lands_in_a_new_chat_with_the_undo_and_the_typed_
     expect(page.locator(f"#session-item-{only.pk}")).to_have_count(1)
     only.refresh_from_db()
     assert only.deleted_at is None
+
+
+def test_the_chats_width_stays_put_when_the_first_reply_and_its_summary_arrive(page, daphne_server, llm_server):
+    from tests.llm_server import Text
+
+    llm_server.add(Text("Hello there!"))
+    alice = make_user("alice")
+    general = make_session(alice, component_id="general", name="Talk", name_source="user")
+    log_in(page.context, daphne_server.url, alice)
+    page.set_viewport_size({"width": 1400, "height": 900})
+    open_chat(page, daphne_server, general)
+    before = page.locator("#main").bounding_box()
+    page.locator("#composer-text").fill("hello")
+    page.locator("#composer-text").press("Enter")
+    expect(page.locator("#transcript .run[data-status='completed']")).to_have_count(1)
+    expect(page.locator("#session-summary")).to_have_count(1)  # the first summary has landed
+    after = page.locator("#main").bounding_box()
+    assert (after["x"], after["width"]) == (before["x"], before["width"])
+    expect(page.locator("#state-version")).to_have_count(0)
+
+
+def test_the_chat_list_is_one_tab_stop_with_arrow_keys_inside(page, daphne_server):
+    alice = make_user("alice")
+    sessions = [make_session(alice, component_id="general", name=f"Chat {n}", name_source="user") for n in range(6)]
+    log_in(page.context, daphne_server.url, alice)
+    open_chat(page, daphne_server, sessions[2])
+    links = page.locator(".session-nav .session-link")
+    expect(links).to_have_count(6)
+    page.locator("#session-filter").focus()
+    page.keyboard.press("Tab")
+    current = page.locator(f"#session-item-{sessions[2].pk} .session-link")
+    expect(current).to_be_focused()  # the open chat's row, in one press
+    page.keyboard.press("Tab")
+    expect(page.locator(".trash-link")).to_be_focused()  # and one more leaves the list: 6 rows, 1 stop
+    page.keyboard.press("Shift+Tab")
+    expect(current).to_be_focused()
+
+    page.keyboard.press("ArrowDown")
+    below = page.locator(f"#session-item-{sessions[1].pk} .session-link")  # newest first
+    expect(below).to_be_focused()
+    page.keyboard.press("Home")
+    expect(links.first).to_be_focused()
+    page.keyboard.press("End")
+    expect(links.last).to_be_focused()
+    page.keyboard.press("ArrowRight")
+    expect(page.locator(f"#session-item-{sessions[0].pk} .row-menu-button")).to_be_focused()
+    page.keyboard.press("ArrowLeft")
+    expect(links.last).to_be_focused()
+    page.keyboard.press("Shift+F10")
+    expect(page.locator(f"#session-item-{sessions[0].pk}").get_by_role("menuitem", name="Rename")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.locator(f"#session-item-{sessions[0].pk} .row-menu-button")).to_be_focused()
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("Tab")  # the list is left from where the keyboard was, and found there again
+    expect(page.locator(".trash-link")).to_be_focused()
+    page.keyboard.press("Shift+Tab")
+    expect(links.last).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page).to_have_url(f"{daphne_server.url}/s/{sessions[0].session_id}/")

@@ -19,7 +19,8 @@ def test_search_finds_titles_then_messages_and_opens_the_matching_run(page, daph
     recipes = make_session(alice, component_id="general", name="Pasta recipes", name_source="user")
     make_run(recipes, "what sauce goes with penne?", "Arrabbiata is a classic.")
     trip = make_session(alice, component_id="general", name="Weekend trip", name_source="user")
-    run = make_run(trip, "remind me to buy pasta for the <b>trip</b>", "Noted: pasta.")
+    make_run(trip, "pasta or rice?", "Either.")
+    run = make_run(trip, "remind me to buy pasta for the <b>trip</b>", "Noted.")
     bob = make_session(make_user("bob"), component_id="general", name="Bob's pasta", name_source="user")
     make_run(bob, "pasta secrets", "none")
     log_in(page.context, daphne_server.url, alice)
@@ -35,9 +36,15 @@ def test_search_finds_titles_then_messages_and_opens_the_matching_run(page, daph
     hit = results.locator(".message-hit", has_text="remind me")
     expect(hit.locator("mark").first).to_have_text(re.compile("pasta", re.I))
     expect(hit.locator(".hit-snippet")).to_contain_text("<b>trip</b>")  # user text shown, not rendered
+    expect(results.locator(".message-hit", has_text="Weekend trip")).to_have_count(1)  # its newest match
+    expect(hit.locator(".hit-meta")).to_contain_text("1 more match in this chat")
     expect(results).not_to_contain_text("Bob's pasta")
     headings = results.locator(".search-heading h3").all_inner_texts()
     assert [h.lower() for h in headings] == ["chats", "messages"]
+
+    # The results take the list's room: the sidebar's footer stays at the bottom of the window.
+    footer = page.locator(".sidebar-bottom").bounding_box()
+    assert footer["y"] + footer["height"] == pytest.approx(page.viewport_size["height"], abs=2)
 
     hit.first.locator("a").click()
     expect(page).to_have_url(re.compile(rf"/s/{trip.session_id}/\?run={run.run_id}#run-{run.run_id}$"))

@@ -224,3 +224,31 @@ def test_screenshots_of_the_landing_a_chat_long_state_keys_and_a_phone(browser, 
     page.goto(f"{daphne_server.url}/new/")
     page.screenshot(path=str(screenshots / "landing-phone.png"))
     phone.close()
+
+
+def test_an_open_state_editor_stays_open_when_another_tab_saves(context, daphne_server):
+    """Untouched, it shows the new state; with changes of its own, they are kept (and refused as stale)."""
+    alice = make_user("alice")
+    session = make_session(alice, component_id="shopping", name="Groceries", name_source="user",
+                           session_state={"shopping_list": ["bread"]})
+    log_in(context, daphne_server.url, alice)
+    page, other = context.new_page(), context.new_page()
+    for tab in (page, other):
+        open_chat(tab, daphne_server, session)
+        tab.get_by_text("Edit as JSON").click()
+
+    other.locator("#state-json").fill(json.dumps({"shopping_list": ["bread", "jam"]}))
+    other.get_by_role("button", name="Save state").click()
+    expect(page.locator("#state-version")).to_have_text("v1")
+    expect(page.locator("#state-edit")).to_have_attribute("open", "")
+    expect(page.locator("#state-json")).to_contain_text("jam")  # the new state, to edit from
+
+    page.locator("#state-json").fill(json.dumps({"shopping_list": ["tea"]}))
+    other.get_by_text("Edit as JSON").click()  # closed by its own save
+    other.locator("#state-json").fill(json.dumps({"shopping_list": ["bread", "jam", "eggs"]}))
+    other.get_by_role("button", name="Save state").click()
+    expect(page.locator("#state-version")).to_have_text("v2")
+    expect(page.locator("#state-edit")).to_have_attribute("open", "")
+    expect(page.locator("#state-json")).to_have_value(json.dumps({"shopping_list": ["tea"]}))
+    page.get_by_role("button", name="Save state").click()
+    expect(page.locator("#state-panel .form-error")).to_contain_text("changed")

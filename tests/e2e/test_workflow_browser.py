@@ -57,6 +57,12 @@ def test_the_shopping_workflow_shows_its_steps_live_and_the_same_after_a_reload(
         return steps.length === 1 && steps[0].dataset.status === 'running'
             && steps[0].querySelector('.step-name').textContent === 'Shopping assistant';
     }""")
+    # The running step is open, and its tool calls and words show in it as they come, before it ends.
+    page.wait_for_function("""() => {
+        const step = document.querySelector('#transcript .run:last-of-type .step');
+        return step && step.open && step.dataset.status === 'running'
+            && step.querySelector('.tool-name') && step.querySelector('.step-content').textContent.trim() !== '';
+    }""")
     page.screenshot(path=str(screenshots / "workflow-step-running.png"))
     expect(page.locator("#state-panel")).to_contain_text("bread")  # the step's tools changed the state
 
@@ -66,7 +72,8 @@ def test_the_shopping_workflow_shows_its_steps_live_and_the_same_after_a_reload(
     expect(run.locator(".step[data-status='completed']")).to_have_count(2)
     expect(run.locator(".reply")).to_contain_text("Your list has 3 item(s): milk, eggs, bread.")
     expect(page.locator("#state-panel")).to_contain_text("item_count")
-    expect(page.locator("#state-panel")).to_contain_text("step:Tally/function")  # the timeline names the step
+    tally = page.locator("#state-panel .change-source", has_text="Tally › function")  # the timeline names the step
+    expect(tally).to_have_attribute("title", "step:Tally/function")
     run.locator(".step").first.locator("> summary").click()
     expect(run.locator(".step").first.locator(".tool-name").first).to_have_text("add_item")
     page.screenshot(path=str(screenshots / "workflow-done.png"))
@@ -93,7 +100,13 @@ def test_the_project_team_shows_each_delegation_and_the_state(page, context, slo
     expect(member).to_have_attribute("data-status", "completed")
     expect(run.locator(".reply")).to_contain_text("Planner:")
     expect(page.locator("#state-panel")).to_contain_text("Deploy")
-    expect(page.locator("#state-panel")).to_contain_text("member:Planner/tool:add_step")
+    label = page.locator("#state-panel .change-source", has_text="Planner › add_step").first
+    expect(label).to_have_attribute("title", "member:Planner/tool:add_step")
+    # However long, a source is one line of the timeline (cut with an ellipsis), never three or four.
+    assert label.evaluate("""label => {
+        label.textContent = 'Status tracker › update_step_status_with_a_long_name_' + 'x'.repeat(60);
+        return label.getBoundingClientRect().height < 1.6 * parseFloat(getComputedStyle(label).lineHeight);
+    }""")
     member.locator("> summary").click()
     expect(member.locator(".step-task")).to_contain_text("add a Deploy step with high priority")
     live = transcript_html(page)
