@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +54,7 @@ from _support import ROOT, percentile
 TOKENS = 200
 TOKEN_DELAY = 0.005
 DONE = re.compile(r'<article id="run-[^"]+" class="run" data-status="(\w+)"')
+EMPTY_REPLY = re.compile(r'id="reply-[^"]+">\s*</div>')
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 # Shared by the server and this process, which signs the clients in (session rows and their auth hashes).
@@ -127,6 +129,21 @@ def fake_model_main(tokens: int) -> None:
 # -- the server ------------------------------------------------------------------------------------
 
 
+def wait_for_port(process: subprocess.Popen, port: int, name: str, output: Callable[[], str]) -> None:
+    """Until `process` listens on `port` (3 minutes at most); its `output()` in the error if it exits first."""
+    deadline = time.monotonic() + 180
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited:\n{output()}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not start:\n{output()}") from None
+            time.sleep(0.1)  # polling a port: there is no event to wait on
+
+
 def descendants(pid: int) -> list[int]:
     """`pid` and every process below it."""
     children: dict[int, list[int]] = {}
@@ -196,17 +213,7 @@ class Server:
         self.log = tempfile.NamedTemporaryFile("w+", prefix="bench-server-", suffix=".log")  # noqa: SIM115
         self.process = subprocess.Popen(command, cwd=tree, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
-        deadline = time.monotonic() + 180
-        while True:  # serve checks, migrates and collects static files first
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{tree}: scripts/serve exited:\n{self.output()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{tree}: scripts/serve did not start:\n{self.output()}") from None
-                time.sleep(0.1)  # polling a port: there is no event to wait on
+        wait_for_port(self.process, self.port, f"{tree}: scripts/serve", self.output)  # after its checks
         # The worker processes come up after the port opens (a master binds it first).
         time.sleep(1.0 if workers > 1 else 0)
 
@@ -275,29 +282,37 @@ class Client:
 
 def make_clients(count: int, label: str) -> list[Client]:
     """`count` users, each signed in (a session row and its cookie) with a new chat of the general assistant."""
+    from chatapp.assistants import get_assistant
+    from sessions_core.models import ChatSession
+
+    assistant = get_assistant("general")
+    clients = []
+    for user, cookie in signed_in_users(count, label):
+        chat = ChatSession.objects.new(owner=user, component_id="general", kind=assistant.kind,
+                                       metadata=assistant.metadata)
+        chat.apply_state_change(assistant.session_state, "defaults")
+        clients.append(Client(user.pk, cookie, chat.session_id, chat.pk))
+    return clients
+
+
+def signed_in_users(count: int, label: str) -> list[tuple[object, str]]:
+    """`count` new users, each with a signed-in session: (user, its session cookie)."""
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
     from django.contrib.auth.hashers import make_password
     from django.contrib.sessions.backends.db import SessionStore
-
-    from chatapp.assistants import get_assistant
-    from sessions_core.models import ChatSession
 
     User = get_user_model()
     password = make_password("bench-password")
     users = User.objects.bulk_create([User(username=f"load-{label}-{number}", password=password)
                                       for number in range(count)])
-    assistant = get_assistant("general")
-    clients = []
+    signed_in = []
     for user in users:
         store = SessionStore()
         store.update({SESSION_KEY: str(user.pk), BACKEND_SESSION_KEY: "django.contrib.auth.backends.ModelBackend",
                       HASH_SESSION_KEY: user.get_session_auth_hash()})
         store.create()
-        chat = ChatSession.objects.new(owner=user, component_id="general", kind=assistant.kind,
-                                       metadata=assistant.metadata)
-        chat.apply_state_change(assistant.session_state, "defaults")
-        clients.append(Client(user.pk, store.session_key, chat.session_id, chat.pk))
-    return clients
+        signed_in.append((user, store.session_key))
+    return signed_in
 
 
 def check_stored(clients: list[Client], turns: int) -> tuple[int, int]:
@@ -352,6 +367,40 @@ async def load_page(client: Client, port: int) -> int:
     return len(response.partition(b"\r\n\r\n")[2])
 
 
+async def read_reply(ws, turn: Turn, sent: float, timeout: float) -> None:
+    """Read the socket's frames until the run's final form: the first and last text frame (seconds from
+    `sent`, a perf_counter reading) and the gaps between them into `turn`, or its error."""
+    previous = None
+    async with asyncio.timeout(timeout):
+        while True:
+            frame = await ws.recv()
+            turn.seen = frame[-300:]
+            if os.environ.get("BENCH_TRACE"):
+                turn.trace.append(frame[:120].replace("\n", " "))
+            now = time.perf_counter()
+            match = DONE.search(frame)
+            # A batch of the reply, or the run so far in one fragment (a socket that fell behind
+            # is sent that instead of the batches it missed: docs/web.md, "Nothing dropped"); not the
+            # run's start, whose reply is still empty.
+            if "data-stream-run=" in frame or "#reply-" in frame or (
+                    match and match.group(1) == "running" and not EMPTY_REPLY.search(frame)):
+                if previous is None:
+                    turn.first = now - sent
+                else:
+                    turn.gaps.append(now - previous)
+                previous, turn.last = now, now - sent
+                turn.frames += 1
+            if match and match.group(1) != "running":
+                if match.group(1) != "completed":
+                    turn.error = f"run {match.group(1)}"
+                elif previous is None:
+                    turn.error = "no text frame"
+                return
+            if 'class="status-error"' in frame:
+                turn.error = re.sub(r"<[^>]+>", "", frame)[:200]
+                return
+
+
 async def chat(client: Client, port: int, turns: int, start: asyncio.Barrier, timeout: float,
                page: bool = False) -> list[Turn]:
     import websockets
@@ -373,33 +422,7 @@ async def chat(client: Client, port: int, turns: int, start: asyncio.Barrier, ti
                 turn.text = f"Tell me about load, part {number + 1} ({client.session_pk})."
                 sent, turn.sent_at = time.perf_counter(), time.time()
                 await ws.send(json.dumps({"type": "send", "text": turn.text}))
-                previous = None
-                async with asyncio.timeout(timeout):
-                    while True:
-                        frame = await ws.recv()
-                        turn.seen = frame[-300:]
-                        if os.environ.get("BENCH_TRACE"):
-                            turn.trace.append(frame[:120].replace("\n", " "))
-                        now = time.perf_counter()
-                        match = DONE.search(frame)
-                        # A batch of the reply, or the run so far in one fragment (a socket that fell behind
-                        # is sent that instead of the batches it missed: docs/web.md, "Nothing dropped").
-                        if "data-stream-run=" in frame or "#reply-" in frame or (match and match.group(1) == "running"):
-                            if previous is None:
-                                turn.first = now - sent
-                            else:
-                                turn.gaps.append(now - previous)
-                            previous, turn.last = now, now - sent
-                            turn.frames += 1
-                        if match and match.group(1) != "running":
-                            if match.group(1) != "completed":
-                                turn.error = f"run {match.group(1)}"
-                            elif previous is None:
-                                turn.error = "no text frame"
-                            break
-                        if 'class="status-error"' in frame:
-                            turn.error = re.sub(r"<[^>]+>", "", frame)[:200]
-                            break
+                await read_reply(ws, turn, sent, timeout)
     except Exception as exc:  # noqa: BLE001 - a client's failure is a figure, not the end of the bench
         if not waited:  # it never connected: the others must not wait for it
             await start.wait()
