@@ -29,7 +29,9 @@ from tests.live_support import HOST, ORIGIN, LiveTestMixin
 
 SECRET = "zebra-armchair-7731"  # Alice's words: in her title, her message, her state
 ROLES = ("owner", "other", "anonymous", "staff")
-PUBLIC = {"login", "signup", "logout"}  # the pages anyone may open (logout is POST-only)
+# The pages anyone may open (logout is POST-only; a forgotten password is reset without signing in).
+PUBLIC = {"login", "signup", "logout", "password_reset", "password_reset_done", "password_reset_confirm",
+          "password_reset_complete"}
 OWNED = {"session_id", "memory_id", "run_id"}  # a URL naming one of these names something of Alice's
 
 
@@ -81,6 +83,8 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
                 values[key] = self.memory.memory_id
             elif key == "run_id":
                 values[key] = self.run.run_id
+            elif key in ("uidb64", "token"):  # a password reset link's parts: this one is no valid link
+                values[key] = "MQ" if key == "uidb64" else "not-a-token"
             elif key in ("pk", "object_id", "id"):
                 model = self.admin_model(name)
                 values[key] = str(self.alice.pk if model is get_user_model() else self.session.pk)

@@ -86,7 +86,7 @@ def test_session_naming_example(served):
 
 @pytest.mark.parametrize("name, expected", [
     ("search_session_history", ['you asked: "How do I make carbonara?"', "can't find any earlier conversations"]),
-    ("session_naming", ["Generated name: Help me plan a birthday", "After autogenerate over a user's name: Leo's 8th birthday"]),
+    ("session_naming", ["Generated name: Plan a birthday party", "After autogenerate over a user's name: Leo's 8th birthday"]),
     ("user_memories", ["Memories: [\"The user's name is John\", 'The user lives in New York', "
                        "'The user does not like olives']", "Answer in a new session: Your name is John.",
                        "After forgetting: [\"The user's name is John\", 'The user does not like olives']",
