@@ -72,6 +72,13 @@ class TestUpdate(TestCase):
         assert Run.objects.get(pk=runs[0].pk).metrics == {"k": [1]}
         assert Run.objects.get(pk=runs[0].pk).finished_at == now
 
+    def test_an_empty_tuple_matches_nothing_without_a_statement(self):
+        make_session(owner=make_user("ann"))
+        with CaptureQueriesContext(connection) as queries:
+            assert writes.update(ChatSession, "default", {"pk": ()}, lease_token="t") == 0
+        assert len(queries) == 0
+        assert not ChatSession.objects.filter(lease_token="t").exists()
+
     def test_none_matches_null_and_pk_names_the_primary_key(self):
         session = make_session(owner=make_user("ann"))
         assert writes.update(ChatSession, "default", {"pk": session.pk, "lease_expires_at": None},

@@ -60,6 +60,8 @@ def update(model: type[Model], alias: str, where: dict, **values) -> int:
         if value is None:
             conditions.append(f"{column} IS NULL")
         elif isinstance(value, tuple):
+            if not value:  # IN () matches nothing (and is not SQL)
+                return 0
             conditions.append(f"{column} IN ({', '.join(['%s'] * len(value))})")
             params.extend(field.get_db_prep_value(item, connection) for item in value)
         else:
