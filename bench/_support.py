@@ -176,6 +176,8 @@ def profile_runs(run: Callable[[], object], runs: int, warmup: int, label: str) 
     elapsed = (time.perf_counter() - started) * 1000 / runs
     print(f"{runs} runs {label}: {elapsed:.2f} ms per run (profiler on)")
     stats = pstats.Stats(profiler)
+    if os.environ.get("PROFILE_OUT"):  # the raw stats, for pstats or snakeviz
+        stats.dump_stats(os.environ["PROFILE_OUT"])
     stats.sort_stats("tottime").print_stats(40)
     stats.sort_stats("cumulative").print_stats(80)
 

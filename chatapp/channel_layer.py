@@ -14,6 +14,10 @@ reading (a stalled browser) would hold every frame of every reply in memory. Her
 pushes out the oldest, as channels-redis's list layer drops a full channel's oldest messages. The live
 view numbers its frames and resynchronises a socket that missed some (docs/web.md, "Nothing dropped on the
 way"), so what is dropped here is never lost text.
+
+Both changes override parts of channels-redis that are not its public API (a shard's `publish` and
+`flush`, the loop layer's `_subscribe_to_channel`, the layer's `_get_layer`), because it offers no
+setting for either; tests/test_channel_layer.py fails if an upgrade reshapes them.
 """
 
 from __future__ import annotations

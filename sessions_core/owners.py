@@ -5,13 +5,14 @@ ownerless sessions of scripts. A session may be touched only by its owner, an ow
 without a user: another user's session id is refused with `SessionOwnershipError` before anything
 is read or written, and an ownerless session is never claimed by a later caller with a user.
 
-`may_touch` is the decision; `owned_session` (accessors, history, summaries, export) and the run's
-start step (on the row `run_sql` reads) both ask it. `sessions_of` lists what a user may see.
+`may_touch` is the decision; `owned_session`, the one lookup of a session by its id (accessors, history,
+summaries, export, the run's start), asks it. `sessions_of` lists what a user may see.
 """
 
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
+from django.db import connections
 from django.contrib.auth.hashers import make_password
 
 from .errors import SessionIdNotSetError, SessionNotFoundError, SessionOwnershipError
@@ -92,25 +93,46 @@ def check_owner(session_id: str, owner_id: int | None, owner_name: str | None, u
         raise SessionOwnershipError(session_id, user_label(user_ref))
 
 
-def owned_session(session_id: str, user_ref, alias: str, *, lock: bool = False,
-                  must_exist: bool = True) -> ChatSession | None:
+def owned_session(session_id: str, user_ref, alias: str, *, lock: bool = False, must_exist: bool = True,
+                  only: tuple[str, ...] = ()) -> ChatSession | None:
     """The session, if `user_ref` may touch it; SessionOwnershipError if it is someone else's.
 
     A session that does not exist raises SessionNotFoundError (or is None with must_exist=False).
-    Blocking: call it in a database thread. `lock` takes the row lock (inside a transaction)."""
-    if user_ref not in (None, "") and not _is_user(user_ref):
+    Blocking: call it in a database thread. `lock` takes the row lock (inside a transaction); `only`
+    loads just those fields now (the others on first use, as `QuerySet.only`)."""
+    by_name = user_ref not in (None, "") and not _is_user(user_ref)
+    if by_name:
         _valid_user_name(user_ref)
-    queryset = ChatSession.objects.using(alias).filter(session_id=session_id).select_related("owner")
-    if lock:
-        queryset = queryset.select_for_update(of=("self",))
-    session = queryset.first()
+    sql = _session_sql(alias, only, by_name, lock)
+    session = next(iter(ChatSession.objects.db_manager(alias).raw(sql, [session_id])), None)
     if session is None:
         if must_exist:
             raise SessionNotFoundError(session_id)
         return None
-    owner = session.owner if session.owner_id is not None else None
-    check_owner(session_id, session.owner_id, user_label(owner), user_ref)
+    check_owner(session_id, session.owner_id, session.owner_username if by_name else None, user_ref)
     return session
+
+
+def _session_sql(alias: str, only: tuple[str, ...], by_name: bool, lock: bool) -> str:
+    """The one statement `owned_session` reads with: the session's row by its `session_id` (the fields
+    `only` names, else all), with its owner's username as `owner_username` when the check compares
+    names, locked FOR UPDATE on a database that has row locks (SQLite locks the whole database for
+    the transaction instead). Written out, as Manager.raw() takes it: every run starts with it, and
+    the ORM's building of it would cost more than the read."""
+    connection, meta = connections[alias], ChatSession._meta
+    quote, table = connection.ops.quote_name, connection.ops.quote_name(meta.db_table)
+    fields = [meta.pk, *(meta.get_field(name) for name in ("owner_id", *only))] if only else meta.concrete_fields
+    columns = [f"{table}.{quote(field.column)}" for field in fields]
+    joins = ""
+    if by_name:
+        User = get_user_model()
+        users = quote(User._meta.db_table)
+        columns.append(f"{users}.{quote(User._meta.get_field(User.USERNAME_FIELD).column)} AS owner_username")
+        joins = f" LEFT JOIN {users} ON {users}.{quote(User._meta.pk.column)} = {table}.{quote('owner_id')}"
+    sql = f"SELECT {', '.join(columns)} FROM {table}{joins} WHERE {table}.{quote('session_id')} = %s"
+    if lock and connection.features.has_select_for_update:
+        sql += " " + connection.ops.for_update_sql(of=(table,))
+    return sql
 
 
 def sessions_of(user_ref, alias: str):

@@ -174,3 +174,29 @@ async def _through_a_restart(redis):
     finally:
         await sender.flush()
         await reader.flush()
+
+
+def test_the_channels_redis_internals_the_layer_overrides_are_still_there():
+    """chatapp/channel_layer.py overrides a few non-public parts of channels-redis (its pub/sub layer has no
+    channel capacity and sends each message in a round trip of its own). An upgrade that renames or
+    reshapes them fails here, before it fails in production."""
+    import inspect
+
+    from channels_redis import pubsub, utils
+
+    def parameters(function) -> list[str]:
+        return list(inspect.signature(function).parameters)
+
+    assert parameters(pubsub.RedisSingleShardConnection.__init__) == ["self", "host", "channel_layer"]
+    assert parameters(pubsub.RedisSingleShardConnection.publish) == ["self", "channel", "message"]
+    assert parameters(pubsub.RedisSingleShardConnection.flush) == ["self"]
+    assert parameters(pubsub.RedisSingleShardConnection._ensure_redis) == ["self"]
+    assert parameters(pubsub.RedisPubSubLoopLayer._subscribe_to_channel) == ["self", "channel"]
+    assert parameters(pubsub.RedisPubSubLoopLayer._get_shard) == ["self", "channel_or_group_name"]
+    assert parameters(pubsub.RedisPubSubChannelLayer._get_layer) == ["self"]
+    assert parameters(utils._wrap_close) == ["proxy", "loop"]
+    assert "channel_layer" in parameters(pubsub.RedisPubSubLoopLayer.__init__)
+    # The attributes the overrides read: the loop layer's queues and shards, the shard's client.
+    source = inspect.getsource(pubsub)
+    for attribute in ("self.channels", "self._shards", "self._redis", "self._layers"):
+        assert attribute in source, attribute

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db import connections
 from django.utils import timezone
 
 from ..models import INTERRUPTED_ERROR, ChatSession, Run, RunStatus
-from . import registry
+from . import registry, writes
 
 LEASE_SECONDS = 30  # a lease (or a queued run's claim) not renewed for this long is taken as dead
 HEARTBEAT_SECONDS = 10  # how often a running run renews its lease (and a queued run its claim)
@@ -45,13 +46,14 @@ class TransitionError(ValueError):
     pass
 
 
-def _move(runs, current: str | tuple[str, ...], new: str, **fields) -> int:
-    """Move the runs of `runs` still in `current` (a status or several) to `new`; how many moved."""
+def _move(alias: str, where: dict, current: str | tuple[str, ...], new: str, **fields) -> int:
+    """Move the runs matching `where` (writes.update's form) still in `current` (a status or several) to
+    `new`; how many moved."""
     current = (current,) if isinstance(current, str) else current
     for status in current:
         if new not in TRANSITIONS[status]:
             raise TransitionError(f"A {status} run cannot become {new}.")
-    return runs.filter(status__in=current).update(status=new, **fields)
+    return writes.update(Run, alias, {**where, "status": current}, status=new, **fields)
 
 
 def expiry(now):
@@ -68,29 +70,29 @@ def lease_live(session: ChatSession, now) -> bool:
 def take_lease(session: ChatSession, token: str, run: Run | None, last_seq: int, now, alias: str) -> None:
     """The run takes the session's lease (the session row locked) and becomes its current leaf (a
     continued run, `run` None, stays where it is in the session's tree)."""
-    leaf = {} if run is None else {"current_leaf": run}
-    ChatSession.objects.using(alias).filter(pk=session.pk).update(
-        lease_token=token, lease_expires_at=expiry(now), last_activity_at=now, last_seq=last_seq, **leaf)
+    leaf = {} if run is None else {"current_leaf_id": run.pk}
+    writes.update(ChatSession, alias, {"pk": session.pk}, lease_token=token, lease_expires_at=expiry(now),
+                last_activity_at=now, last_seq=last_seq, **leaf)
 
 
 def renew_lease(session_pk: int, token: str, alias: str) -> None:
-    ChatSession.objects.using(alias).filter(pk=session_pk, lease_token=token).update(
-        lease_expires_at=expiry(timezone.now()))
+    writes.update(ChatSession, alias, {"pk": session_pk, "lease_token": token}, lease_expires_at=expiry(timezone.now()))
 
 
 def release_lease(session_pk: int, token: str, alias: str, now, at_version: int | None = None, **fields) -> int:
     """Release the lease if `token` still holds it (and the state is still at version `at_version`, when
     given), writing `fields` of the session; 1 if it did."""
-    session = ChatSession.objects.using(alias).filter(pk=session_pk, lease_token=token)
+    where = {"pk": session_pk, "lease_token": token}
     if at_version is not None:
-        session = session.filter(state_version=at_version)
-    return session.update(lease_token="", lease_expires_at=None, last_activity_at=now, **fields)
+        where["state_version"] = at_version
+    return writes.update(ChatSession, alias, where, lease_token="", lease_expires_at=None, last_activity_at=now,
+                       **fields)
 
 
 def interrupt_abandoned(session: ChatSession, alias: str, now) -> None:
     """The session's lease expired (the session row locked): the run that held it is over; its steps too."""
-    _move(Run.objects.using(alias).filter(session_id=session.pk), RunStatus.RUNNING, RunStatus.INTERRUPTED,
-          finished_at=now, error=INTERRUPTED_ERROR)
+    _move(alias, {"session_id": session.pk}, RunStatus.RUNNING, RunStatus.INTERRUPTED, finished_at=now,
+          error=INTERRUPTED_ERROR)
 
 
 def settle_abandoned(runs, now=None) -> list[int]:
@@ -99,7 +101,7 @@ def settle_abandoned(runs, now=None) -> list[int]:
     now = now or timezone.now()
     pks = list(runs.abandoned(now).values_list("pk", flat=True))
     if pks:
-        _move(runs.filter(pk__in=pks), RunStatus.RUNNING, RunStatus.INTERRUPTED, finished_at=now,
+        _move(runs.db, {"pk": tuple(pks)}, RunStatus.RUNNING, RunStatus.INTERRUPTED, finished_at=now,
               error=INTERRUPTED_ERROR)
     return pks
 
@@ -108,24 +110,27 @@ def settle_abandoned(runs, now=None) -> list[int]:
 
 
 def queued_ahead(session_pk: int, run_pk: int | None, now, alias: str) -> bool:
-    """Whether a queued run whose process is alive waits before run `run_pk` (None: any queued run)."""
-    runs = Run.objects.using(alias).filter(session_id=session_pk, status=RunStatus.QUEUED, claimed_until__gt=now)
-    if run_pk is not None:
-        runs = runs.filter(pk__lt=run_pk)
-    return runs.exists()
+    """Whether a queued run whose process is alive waits before run `run_pk` (None: any queued run).
+    Written out, like writes.py's statements: every start on an existing session asks it."""
+    connection = connections[alias]
+    sql = (f"SELECT 1 FROM {Run._meta.db_table} WHERE session_id = %s AND status = %s AND claimed_until > %s"
+           " AND id < %s LIMIT 1")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [session_pk, RunStatus.QUEUED, connection.ops.adapt_datetimefield_value(now),
+                             run_pk if run_pk is not None else 2**63 - 1])
+        return cursor.fetchone() is not None
 
 
 def queue(alias: str, now, **fields) -> Run:
     """A new run, stored as waiting for its session's lease by the process that will start it."""
-    return Run.objects.using(alias).create(status=RunStatus.QUEUED, claimed_until=expiry(now), created_at=now,
-                                           **fields)
+    return _new(alias, RunStatus.QUEUED, claimed_until=expiry(now), created_at=now, **fields)
 
 
 def enqueue(session: ChatSession, text: str, alias: str = "default") -> Run:
     """A message to run on the session when a process next serves it (the web's new chat stores its first
     message so, for the chat page to run): a queued run no process waits for yet (`orphans`)."""
-    return Run.objects.using(alias).create(session=session, status=RunStatus.QUEUED, kind=session.kind,
-                                           component_id=session.component_id, input=text)
+    return _new(alias, RunStatus.QUEUED, session=session, kind=session.kind, component_id=session.component_id,
+                input=text)
 
 
 def drop_queued(run_id: str, alias: str) -> bool:
@@ -171,32 +176,38 @@ def orphans(session_pk: int, alias: str = "default", now=None) -> list[Run]:
 
 def start_queued(run_pk: int, alias: str, now, **fields) -> bool:
     """queued -> running; False if it was cancelled meanwhile."""
-    runs = Run.objects.using(alias).filter(pk=run_pk)
-    return bool(_move(runs, RunStatus.QUEUED, RunStatus.RUNNING, claimed_until=None, created_at=now, **fields))
+    return bool(_move(alias, {"pk": run_pk}, RunStatus.QUEUED, RunStatus.RUNNING, claimed_until=None, created_at=now,
+                      **fields))
+
+
+def _new(alias: str, status: str, **fields) -> Run:
+    if status not in TRANSITIONS[None]:
+        raise TransitionError(f"A new run cannot be {status}.")
+    run = Run(status=status, **fields)
+    writes.insert([run], alias, returning_pk=True)
+    return run
 
 
 def start_new(alias: str, **fields) -> Run:
     """A new run, running at once (a root run that found its session free, a step, a member)."""
-    return Run.objects.using(alias).create(status=RunStatus.RUNNING, **fields)
+    return _new(alias, RunStatus.RUNNING, **fields)
 
 
 def completed_new(alias: str, **fields) -> Run:
     """A new run that is over as it is made: a component's introduction (store.introduce)."""
-    return Run.objects.using(alias).create(status=RunStatus.COMPLETED, **fields)
+    return _new(alias, RunStatus.COMPLETED, **fields)
 
 
 def end(run_pk: int, status: str, alias: str, **fields) -> int:
     """running (or interrupted meanwhile) -> completed, error or cancelled."""
-    return _move(Run.objects.using(alias).filter(pk=run_pk), (RunStatus.RUNNING, RunStatus.INTERRUPTED), status,
-                 **fields)
+    return _move(alias, {"pk": run_pk}, (RunStatus.RUNNING, RunStatus.INTERRUPTED), status, **fields)
 
 
 def pause(run_pk: int, alias: str, **fields) -> str:
     """running (or interrupted meanwhile) -> paused, waiting for a person; a run asked to stop from another
     process meanwhile ends cancelled instead. The status it took."""
-    runs = Run.objects.using(alias).filter(pk=run_pk)
-    if _move(runs.filter(cancel_requested=False), (RunStatus.RUNNING, RunStatus.INTERRUPTED), RunStatus.PAUSED,
-             **fields):
+    if _move(alias, {"pk": run_pk, "cancel_requested": False}, (RunStatus.RUNNING, RunStatus.INTERRUPTED),
+             RunStatus.PAUSED, **fields):
         return RunStatus.PAUSED
     end(run_pk, RunStatus.CANCELLED, alias, finished_at=timezone.now(), **fields)
     cancel_paused_children([run_pk], alias)
@@ -211,18 +222,17 @@ def cancel_paused_children(run_pks: list[int], alias: str) -> None:
         children = Run.objects.using(alias).filter(parent_run_id__in=run_pks)
         run_pks = list(children.filter(status=RunStatus.PAUSED).values_list("pk", flat=True))
         if run_pks:
-            _move(Run.objects.using(alias).filter(pk__in=run_pks), RunStatus.PAUSED, RunStatus.CANCELLED,
-                  finished_at=now)
+            _move(alias, {"pk": tuple(run_pks)}, RunStatus.PAUSED, RunStatus.CANCELLED, finished_at=now)
 
 
 def resume(run_pk: int, alias: str, **fields) -> bool:
     """paused -> running, for a continuation; False if it is not paused (continued or cancelled already)."""
-    return bool(_move(Run.objects.using(alias).filter(pk=run_pk), RunStatus.PAUSED, RunStatus.RUNNING, **fields))
+    return bool(_move(alias, {"pk": run_pk}, RunStatus.PAUSED, RunStatus.RUNNING, **fields))
 
 
 def end_children(parent_pk: int, status: str, alias: str, **fields) -> int:
     """The steps of a run still running end with it (its outcome could not be stored)."""
-    return _move(Run.objects.using(alias).filter(parent_run_id=parent_pk), RunStatus.RUNNING, status, **fields)
+    return _move(alias, {"parent_run_id": parent_pk}, RunStatus.RUNNING, status, **fields)
 
 
 def checkpoint(run_pk: int, partial: str, alias: str) -> None:
@@ -244,12 +254,11 @@ def cancel(run_id: str, alias: str = "default") -> bool:
 
 def cancel_stored(run_id: str, alias: str = "default") -> bool:
     """`cancel`'s part in the database: True if the stored run was open."""
-    runs = Run.objects.using(alias).filter(run_id=run_id)
     if drop_queued(run_id, alias):
         return True
-    paused = list(runs.filter(status=RunStatus.PAUSED, parent_run__isnull=True).values_list("pk", flat=True))
-    if paused and _move(Run.objects.using(alias).filter(pk__in=paused), RunStatus.PAUSED, RunStatus.CANCELLED,
-                        finished_at=timezone.now()):
-        cancel_paused_children(paused, alias)
+    if _move(alias, {"run_id": run_id, "parent_run_id": None}, RunStatus.PAUSED, RunStatus.CANCELLED,
+             finished_at=timezone.now()):
+        cancel_paused_children(list(Run.objects.using(alias).filter(run_id=run_id, parent_run__isnull=True)
+                                    .values_list("pk", flat=True)), alias)
         return True
-    return bool(runs.filter(status=RunStatus.RUNNING).update(cancel_requested=True))
+    return bool(Run.objects.using(alias).filter(run_id=run_id, status=RunStatus.RUNNING).update(cancel_requested=True))

@@ -40,6 +40,9 @@ from .model_loop import CHECKPOINT_SECONDS
 
 logger = logging.getLogger("sessions_core")
 
+# What a start reads of its session (the rest of the row stays unread).
+START_FIELDS = ("session_state", "state_version", "summary", "lease_token", "lease_expires_at", "last_seq",
+                "current_leaf_id")
 
 
 @dataclass
@@ -211,9 +214,12 @@ class RootRun(BaseRun):
         """One try at the start, in one transaction on the locked session row."""
         alias, now = self.alias, timezone.now()
         with transaction.atomic(using=alias):
-            session = owned_session(self.session_id, self.user_ref, alias, lock=True, must_exist=False)
+            session = owned_session(self.session_id, self.user_ref, alias, lock=True, must_exist=False,
+                                    only=START_FIELDS)
             if session is None:
-                session = store.new_session(self.session_id, self.user_ref, self.config, alias, now)
+                session, created = store.new_session(self.session_id, self.user_ref, self.config, alias, now)
+                if created:  # nothing holds it, nothing waits on it
+                    return self._start_on(session, now)
             if self.adopting:
                 self._adopt(session, now)
             if self.queued_pk is not None and (registry.stop_requested(self.run_id)

@@ -1,7 +1,7 @@
 """The rows a run writes besides its status: its session, its messages and its state changes.
 
-Plain ORM, called inside the caller's `transaction.atomic`; a run's statements do not grow with its
-session's length.
+Called inside the caller's `transaction.atomic`; the inserts are writes.insert's single statements, the
+reads the ORM's. A run's statements do not grow with its session's length.
 """
 
 from __future__ import annotations
@@ -13,26 +13,27 @@ from ..history import ChatMessage
 from ..models import ChatSession, Message, Role, Run, StateChange
 from ..owners import owned_session, resolve_user
 from ..storable import storable
-from . import lifecycle
+from . import lifecycle, writes
 
 
-def new_session(session_id: str, user_ref, config, alias: str, now) -> ChatSession:
-    """A new session for a run, locked, with the component's introduction (`introduce`); if another run
-    created it a moment ago, that one (checked)."""
+def new_session(session_id: str, user_ref, config, alias: str, now) -> tuple[ChatSession, bool]:
+    """A new session for a run, locked, with the component's introduction (`introduce`), and True; if
+    another run created it a moment ago, that one (checked), and False."""
     user = resolve_user(user_ref, alias)
     try:
         with transaction.atomic(using=alias):  # a savepoint: a lost race rolls back only this
-            session = ChatSession.objects.using(alias).new(
+            session = ChatSession.objects.using(alias).build(
                 session_id=session_id, owner=user, kind=config.kind, component_id=config.component_id,
                 metadata=config.session_metadata, now=now)
+            writes.insert([session], alias, returning_pk=True)
             if config.introduction is not None:
                 introduce(session, config, alias, now)
-            return session
+            return session, True
     except IntegrityError:
         session = owned_session(session_id, user_ref, alias, lock=True, must_exist=False)
         if session is None:
             raise
-        return session
+        return session, False
 
 
 def introduce(session: ChatSession, config, alias: str, now) -> None:
@@ -70,9 +71,8 @@ def message_rows(session_pk: int, run: Run | int, messages: list[ChatMessage], l
     return rows, last_seq
 
 
-def insert_messages(rows: list[Message], alias: str) -> None:
-    if rows:
-        Message.objects.using(alias).bulk_create(rows)
+def insert_messages(messages: list[Message], alias: str) -> None:
+    writes.insert(messages, alias)
 
 
 def run_messages(run_pk: int, alias: str) -> list[ChatMessage]:
@@ -92,8 +92,8 @@ def insert_changes(session_pk: int, changes: list, first_version: int, default_r
     each names the run that made it (a step's or a member's), else the run with pk `default_run_pk`."""
     if not changes:
         return
-    StateChange.objects.using(alias).bulk_create([
+    writes.insert([
         StateChange(session_id=session_pk, run_id=default_run_pk if run is None else run.run_pk,
                     version=first_version + number, patch=patch, inverse=inverse, source=source, created_at=now)
         for number, (patch, inverse, source, run) in enumerate(changes, start=1)
-    ])
+    ], alias)
