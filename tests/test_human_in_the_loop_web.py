@@ -107,15 +107,17 @@ class TestAnswering(WaitingReplyTests):
         first = await self.socket(self.session.session_id, self.alice)
         second = await self.socket(self.session.session_id, self.alice)
         run_id, requirement_id, _ = await self.paused(first)
-        self.llm.add(Text("Removed eggs."))
+        self.llm.add(Text("Done."))
         await self.answer(first, run_id, id=requirement_id, approve=True)
         await self.answer(second, run_id, id=requirement_id, approve=False)
         await frames_until(first, run_done("completed", run_id))
         await settle()
         run = await self.stored(run_id)
-        # The two sockets are served side by side, so either answer may arrive first: one of them wins, once.
+        # Whichever reached the engine first went on, once: one decision stored, one continuation of the model.
         assert run.requirements[0]["confirmation"] in (True, False)
         assert sum(1 for request in self.llm.requests if request["messages"][-1]["role"] == "tool") == 1
+        state = (await ChatSession.objects.aget(pk=self.session.pk)).session_state["shopping_list"]
+        assert state == (["milk"] if run.requirements[0]["confirmation"] else ["milk", "eggs"])
         for socket in (first, second):
             await socket.disconnect()
 

@@ -256,9 +256,9 @@ def cancel_stored(run_id: str, alias: str = "default") -> bool:
     """`cancel`'s part in the database: True if the stored run was open."""
     if drop_queued(run_id, alias):
         return True
-    paused = list(Run.objects.using(alias).filter(run_id=run_id, status=RunStatus.PAUSED, parent_run__isnull=True)
-                  .values_list("pk", flat=True))
-    if paused and _move(alias, {"pk": tuple(paused)}, RunStatus.PAUSED, RunStatus.CANCELLED, finished_at=timezone.now()):
-        cancel_paused_children(paused, alias)
+    if _move(alias, {"run_id": run_id, "parent_run_id": None}, RunStatus.PAUSED, RunStatus.CANCELLED,
+             finished_at=timezone.now()):
+        cancel_paused_children(list(Run.objects.using(alias).filter(run_id=run_id, parent_run__isnull=True)
+                                    .values_list("pk", flat=True)), alias)
         return True
     return bool(Run.objects.using(alias).filter(run_id=run_id, status=RunStatus.RUNNING).update(cancel_requested=True))
