@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -180,6 +181,18 @@ async def request(port: int, method: str, path: str, cookies: dict[str, str], fo
     return int(headers.split(b" ", 2)[1]), headers.decode("latin-1"), content.decode("utf-8", "replace")
 
 
+@dataclass
+class NewChatTurn(Turn):
+    """A new chat of this app, with when each step of the page's start ended (seconds from the POST)."""
+
+    post: float = math.nan  # the POST's redirect received
+    page: float = math.nan  # the chat page received
+    socket: float = math.nan  # its socket open
+
+
+STAGES = ("post", "page", "socket", "to_model", "first")
+
+
 class OurChat:
     def __init__(self, cookie: str, number: int):
         self.cookies = {"sessionid": cookie}
@@ -188,7 +201,7 @@ class OurChat:
     async def new(self, port: int, start: asyncio.Barrier, timeout: float) -> Turn:
         import websockets
 
-        turn = Turn(text=f"Tell me about load, a new chat ({self.cookies['sessionid'][:12]}).")
+        turn = NewChatTurn(text=f"Tell me about load, a new chat ({self.cookies['sessionid'][:12]}).")
         waited = False
         try:
             status, headers, page = await request(port, "GET", "/new/", self.cookies)  # the landing, open already
@@ -204,10 +217,12 @@ class OurChat:
             location = re.search(r"(?i)^location: (\S+)", headers, re.MULTILINE)
             if status != 302 or not location:
                 raise RuntimeError(f"the landing's POST answered {status}")
+            turn.post = time.perf_counter() - sent
             self.session_id = location.group(1).rstrip("/").rsplit("/", 1)[-1]
             status, _, page = await request(port, "GET", location.group(1), self.cookies)
             if status != 200:
                 raise RuntimeError(f"the chat page answered {status}")
+            turn.page = time.perf_counter() - sent
             runs = RUN.findall(page)  # what the page's script puts in the socket's URL
             query = {"last_run": runs[-1][0] if runs else ""}
             if running := ",".join(run_id for run_id, state in runs if state == "running"):
@@ -217,6 +232,7 @@ class OurChat:
                                                origin=f"http://127.0.0.1:{port}", max_size=None, open_timeout=120,
                                                ping_interval=None, compression=None,
                                                additional_headers={"Cookie": cookie})
+            turn.socket = time.perf_counter() - sent
             await load.read_reply(self.ws, turn, sent, timeout)
         except Exception as exc:  # noqa: BLE001 - a client's failure is a figure, not the end of the bench
             if not waited:
@@ -385,6 +401,7 @@ def main() -> None:
                                    figures(tallies["Chainlit"][kind], args.tokens))
                             results.append(row)
                             print_row(*row)
+                        print_stages(tallies["this app"]["new chat"].turns)
                         for name in stacks:
                             errors = [t.error for kind in tallies[name].values() for t in kind.turns if t.error]
                             if errors:
@@ -412,6 +429,19 @@ def print_row(label: str, count: int, kind: str, ours: dict, theirs: dict) -> No
     print(f"{label} N={count} {kind}: " + ", ".join(
         f"{column} {cell(ours[column])} / {cell(theirs[column])}" for column in COLUMNS)
         + f", errors {ours['errors']} / {theirs['errors']}, lost {ours['lost']} (this app / Chainlit)", flush=True)
+
+
+def print_stages(turns: list[Turn]) -> None:
+    """Where this app's new chats spent the time to their first word: when each step ended, ms from the POST."""
+    good = [turn for turn in turns if not turn.error]
+    if not good:
+        return
+    parts = []
+    for stage in STAGES:
+        values = [getattr(turn, stage) * 1000 for turn in good if not math.isnan(getattr(turn, stage))]
+        if values:
+            parts.append(f"{stage.replace('_', ' ')} {percentile(values, 50):,.0f} / {percentile(values, 99):,.0f}")
+    print("  this app's new chat, ms from the POST (p50 / p99) when each step ended: " + ", ".join(parts), flush=True)
 
 
 def print_tables(results: list) -> None:
