@@ -24,7 +24,8 @@ Printed per setup, N and kind of chat: first word p50/p99 and last word p99 (ms 
 app's new chats from the POST), server CPU per streamed word (user+system time of the server's processes
 from the send until they are idle again: for this app titles and summaries included), errors (replies
 that did not end, or did not carry every word), lost (this app: messages or completed runs missing from
-the database afterwards; Chainlit stores nothing), then the ratios this app / Chainlit.
+the database afterwards; Chainlit stores nothing), the clients' own CPU per word, then the ratios this
+app / Chainlit; after each N, when each step of this app's new chats ended.
 """
 
 from __future__ import annotations
@@ -122,6 +123,9 @@ class ChainlitChats:
 
     def open(self) -> list[Turn]:
         return self.ask("open")
+
+    def cpu(self) -> float:
+        return load.cpu_seconds([self.client.pid])
 
     def close(self) -> tuple[int, int]:
         self.ask("close")
@@ -284,6 +288,9 @@ class OurChats:
 
         return self.loop.run(all_at_once())
 
+    def cpu(self) -> float:
+        return time.process_time()
+
     def close(self) -> tuple[int, int]:
         async def close_all():
             await asyncio.gather(*(chat.ws.close() for chat in self.chats if chat.ws is not None))
@@ -304,6 +311,7 @@ class Tally:
     def __init__(self):
         self.turns: list[Turn] = []
         self.cpu = 0.0
+        self.client_cpu = 0.0
         self.lost = -1
 
 
@@ -311,8 +319,9 @@ def wave(chats, server: Server, count: int, tallies: dict[str, Tally], arrivals)
     """One wave on one stack: N new chats at once, then a message in each of them at once."""
     for kind in ("new chat", "open chat"):
         server.wait_quiet()
-        before = server.cpu()
+        before, client_before = server.cpu(), chats.cpu()
         turns = chats.new(count) if kind == "new chat" else chats.open()
+        tallies[kind].client_cpu += chats.cpu() - client_before
         server.wait_quiet()
         tallies[kind].cpu += server.cpu() - before
         arrived = arrivals()
@@ -336,7 +345,8 @@ def figures(tally: Tally, tokens: int) -> dict[str, float]:
     return {"messages": len(tally.turns), "to model p50": pct(to_model, 50), "first p50": pct(first, 50),
             "first p99": pct(first, 99), "last p99": pct([turn.last * 1000 for turn in good], 99),
             "errors": len(tally.turns) - len(good), "lost": tally.lost,
-            "CPU us/word": tally.cpu / (tokens * len(good)) * 1e6 if good else math.nan}
+            "CPU us/word": tally.cpu / (tokens * len(good)) * 1e6 if good else math.nan,
+            "client CPU us/word": tally.client_cpu / (tokens * len(good)) * 1e6 if good else math.nan}
 
 
 def cell(value: float, ratio: bool = False) -> str:
@@ -446,12 +456,13 @@ def print_stages(turns: list[Turn]) -> None:
 
 def print_tables(results: list) -> None:
     print("\nBoth stacks (ms from the send; this app's new chat from the landing's POST):\n")
-    rows = [("setup", "N", "chat", "stack", "messages", "to model p50", *COLUMNS, "errors", "lost")]
+    rows = [("setup", "N", "chat", "stack", "messages", "to model p50", *COLUMNS, "errors", "lost",
+             "client CPU us/word")]
     for label, count, kind, ours, theirs in results:
         for name, found in (("this app", ours), ("Chainlit", theirs)):
             rows.append((label, str(count), kind, name, str(found["messages"]), cell(found["to model p50"]),
                          *(cell(found[column]) for column in COLUMNS), str(found["errors"]),
-                         str(found["lost"]) if found["lost"] >= 0 else "-"))
+                         str(found["lost"]) if found["lost"] >= 0 else "-", cell(found["client CPU us/word"])))
     _support.print_table(rows)
     print("\nRatios, this app / Chainlit (below 1: this app is ahead):\n")
     rows = [("setup", "N", "chat", *COLUMNS)]
