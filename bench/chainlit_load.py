@@ -39,6 +39,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -315,14 +316,26 @@ class Tally:
         self.lost = -1
 
 
-def wave(chats, server: Server, count: int, tallies: dict[str, Tally], arrivals) -> None:
-    """One wave on one stack: N new chats at once, then a message in each of them at once."""
+def wave(chats, server: Server, count: int, tallies: dict[str, Tally], arrivals, py_spy: str = "") -> None:
+    """One wave on one stack: N new chats at once, then a message in each of them at once; with `py_spy`
+    (the binary and the output file's name, tab-separated), a profile of the server's first process
+    during the new chats."""
     for kind in ("new chat", "open chat"):
         server.wait_quiet()
+        spy = None
+        if py_spy and kind == "new chat":
+            binary, output = py_spy.split("\t")
+            spy = subprocess.Popen([binary, "record", "--pid", str(server.workers()[0]), "--rate", "250", "--format",
+                                    "raw", "--output", output, "--nonblocking", "--gil"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # py-spy attaches
         before, client_before = server.cpu(), chats.cpu()
         turns = chats.new(count) if kind == "new chat" else chats.open()
         tallies[kind].client_cpu += chats.cpu() - client_before
         server.wait_quiet()
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
         tallies[kind].cpu += server.cpu() - before
         arrived = arrivals()
         for turn in turns:
@@ -367,6 +380,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a reply may take")
     parser.add_argument("--chainlit-venv", type=Path, default=Path(tempfile.gettempdir()) / f"bench-{CHAINLIT.replace('==', '-')}",
                         help="the throwaway venv with Chainlit (made when missing; default under the temp folder)")
+    parser.add_argument("--py-spy", default="", metavar="PATH",
+                        help="the py-spy binary: a profile (collapsed stacks, --gil) of this app's first server process "
+                             "during each wave of new chats of N > 1, in <setup>-<N>-<wave>.pyspy.txt")
     parser.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL", ""))
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", ""))
     args = parser.parse_args()
@@ -405,7 +421,9 @@ def main() -> None:
                         for number in range(waves):  # the stacks take turns, the first place alternating
                             for name in names[number % 2:] + names[:number % 2]:
                                 chats, server = stacks[name]
-                                wave(chats, server, count, tallies[name], load.read_arrivals)
+                                spy = (f"{args.py_spy}\t{setup}-{count}-{number}.pyspy.txt"
+                                       if args.py_spy and name == "this app" and count > 1 else "")
+                                wave(chats, server, count, tallies[name], load.read_arrivals, spy)
                         for kind in ("new chat", "open chat"):
                             row = (label, count, kind, figures(tallies["this app"][kind], args.tokens),
                                    figures(tallies["Chainlit"][kind], args.tokens))
