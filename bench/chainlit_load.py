@@ -24,7 +24,8 @@ Printed per setup, N and kind of chat: first word p50/p99 and last word p99 (ms 
 app's new chats from the POST), server CPU per streamed word (user+system time of the server's processes
 from the send until they are idle again: for this app titles and summaries included), errors (replies
 that did not end, or did not carry every word), lost (this app: messages or completed runs missing from
-the database afterwards; Chainlit stores nothing), then the ratios this app / Chainlit.
+the database afterwards; Chainlit stores nothing), the clients' own CPU per word, then the ratios this
+app / Chainlit; after each N, when each step of this app's new chats ended.
 """
 
 from __future__ import annotations
@@ -38,10 +39,12 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -122,6 +125,9 @@ class ChainlitChats:
     def open(self) -> list[Turn]:
         return self.ask("open")
 
+    def cpu(self) -> float:
+        return load.cpu_seconds([self.client.pid])
+
     def close(self) -> tuple[int, int]:
         self.ask("close")
         return -1, -1  # nothing stored to check
@@ -180,6 +186,18 @@ async def request(port: int, method: str, path: str, cookies: dict[str, str], fo
     return int(headers.split(b" ", 2)[1]), headers.decode("latin-1"), content.decode("utf-8", "replace")
 
 
+@dataclass
+class NewChatTurn(Turn):
+    """A new chat of this app, with when each step of the page's start ended (seconds from the POST)."""
+
+    post: float = math.nan  # the POST's redirect received
+    page: float = math.nan  # the chat page received
+    socket: float = math.nan  # its socket open
+
+
+STAGES = ("post", "page", "socket", "to_model", "first")
+
+
 class OurChat:
     def __init__(self, cookie: str, number: int):
         self.cookies = {"sessionid": cookie}
@@ -188,7 +206,7 @@ class OurChat:
     async def new(self, port: int, start: asyncio.Barrier, timeout: float) -> Turn:
         import websockets
 
-        turn = Turn(text=f"Tell me about load, a new chat ({self.cookies['sessionid'][:12]}).")
+        turn = NewChatTurn(text=f"Tell me about load, a new chat ({self.cookies['sessionid'][:12]}).")
         waited = False
         try:
             status, headers, page = await request(port, "GET", "/new/", self.cookies)  # the landing, open already
@@ -204,10 +222,12 @@ class OurChat:
             location = re.search(r"(?i)^location: (\S+)", headers, re.MULTILINE)
             if status != 302 or not location:
                 raise RuntimeError(f"the landing's POST answered {status}")
+            turn.post = time.perf_counter() - sent
             self.session_id = location.group(1).rstrip("/").rsplit("/", 1)[-1]
             status, _, page = await request(port, "GET", location.group(1), self.cookies)
             if status != 200:
                 raise RuntimeError(f"the chat page answered {status}")
+            turn.page = time.perf_counter() - sent
             runs = RUN.findall(page)  # what the page's script puts in the socket's URL
             query = {"last_run": runs[-1][0] if runs else ""}
             if running := ",".join(run_id for run_id, state in runs if state == "running"):
@@ -217,6 +237,7 @@ class OurChat:
                                                origin=f"http://127.0.0.1:{port}", max_size=None, open_timeout=120,
                                                ping_interval=None, compression=None,
                                                additional_headers={"Cookie": cookie})
+            turn.socket = time.perf_counter() - sent
             await load.read_reply(self.ws, turn, sent, timeout)
         except Exception as exc:  # noqa: BLE001 - a client's failure is a figure, not the end of the bench
             if not waited:
@@ -268,6 +289,9 @@ class OurChats:
 
         return self.loop.run(all_at_once())
 
+    def cpu(self) -> float:
+        return time.process_time()
+
     def close(self) -> tuple[int, int]:
         async def close_all():
             await asyncio.gather(*(chat.ws.close() for chat in self.chats if chat.ws is not None))
@@ -288,16 +312,30 @@ class Tally:
     def __init__(self):
         self.turns: list[Turn] = []
         self.cpu = 0.0
+        self.client_cpu = 0.0
         self.lost = -1
 
 
-def wave(chats, server: Server, count: int, tallies: dict[str, Tally], arrivals) -> None:
-    """One wave on one stack: N new chats at once, then a message in each of them at once."""
+def wave(chats, server: Server, count: int, tallies: dict[str, Tally], arrivals, py_spy: str = "") -> None:
+    """One wave on one stack: N new chats at once, then a message in each of them at once; with `py_spy`
+    (the binary and the output file's name, tab-separated), a profile of the server's first process
+    during the new chats."""
     for kind in ("new chat", "open chat"):
         server.wait_quiet()
-        before = server.cpu()
+        spy = None
+        if py_spy and kind == "new chat":
+            binary, output = py_spy.split("\t")
+            spy = subprocess.Popen([binary, "record", "--pid", str(server.workers()[0]), "--rate", "250", "--format",
+                                    "raw", "--output", output, "--nonblocking", "--gil"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # py-spy attaches
+        before, client_before = server.cpu(), chats.cpu()
         turns = chats.new(count) if kind == "new chat" else chats.open()
+        tallies[kind].client_cpu += chats.cpu() - client_before
         server.wait_quiet()
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(30)
         tallies[kind].cpu += server.cpu() - before
         arrived = arrivals()
         for turn in turns:
@@ -320,7 +358,8 @@ def figures(tally: Tally, tokens: int) -> dict[str, float]:
     return {"messages": len(tally.turns), "to model p50": pct(to_model, 50), "first p50": pct(first, 50),
             "first p99": pct(first, 99), "last p99": pct([turn.last * 1000 for turn in good], 99),
             "errors": len(tally.turns) - len(good), "lost": tally.lost,
-            "CPU us/word": tally.cpu / (tokens * len(good)) * 1e6 if good else math.nan}
+            "CPU us/word": tally.cpu / (tokens * len(good)) * 1e6 if good else math.nan,
+            "client CPU us/word": tally.client_cpu / (tokens * len(good)) * 1e6 if good else math.nan}
 
 
 def cell(value: float, ratio: bool = False) -> str:
@@ -341,6 +380,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a reply may take")
     parser.add_argument("--chainlit-venv", type=Path, default=Path(tempfile.gettempdir()) / f"bench-{CHAINLIT.replace('==', '-')}",
                         help="the throwaway venv with Chainlit (made when missing; default under the temp folder)")
+    parser.add_argument("--py-spy", default="", metavar="PATH",
+                        help="the py-spy binary: a profile (collapsed stacks, --gil) of this app's first server process "
+                             "during each wave of new chats of N > 1, in <setup>-<N>-<wave>.pyspy.txt")
     parser.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL", ""))
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", ""))
     args = parser.parse_args()
@@ -379,12 +421,15 @@ def main() -> None:
                         for number in range(waves):  # the stacks take turns, the first place alternating
                             for name in names[number % 2:] + names[:number % 2]:
                                 chats, server = stacks[name]
-                                wave(chats, server, count, tallies[name], load.read_arrivals)
+                                spy = (f"{args.py_spy}\t{setup}-{count}-{number}.pyspy.txt"
+                                       if args.py_spy and name == "this app" and count > 1 else "")
+                                wave(chats, server, count, tallies[name], load.read_arrivals, spy)
                         for kind in ("new chat", "open chat"):
                             row = (label, count, kind, figures(tallies["this app"][kind], args.tokens),
                                    figures(tallies["Chainlit"][kind], args.tokens))
                             results.append(row)
                             print_row(*row)
+                        print_stages(tallies["this app"]["new chat"].turns)
                         for name in stacks:
                             errors = [t.error for kind in tallies[name].values() for t in kind.turns if t.error]
                             if errors:
@@ -414,14 +459,28 @@ def print_row(label: str, count: int, kind: str, ours: dict, theirs: dict) -> No
         + f", errors {ours['errors']} / {theirs['errors']}, lost {ours['lost']} (this app / Chainlit)", flush=True)
 
 
+def print_stages(turns: list[Turn]) -> None:
+    """Where this app's new chats spent the time to their first word: when each step ended, ms from the POST."""
+    good = [turn for turn in turns if not turn.error]
+    if not good:
+        return
+    parts = []
+    for stage in STAGES:
+        values = [getattr(turn, stage) * 1000 for turn in good if not math.isnan(getattr(turn, stage))]
+        if values:
+            parts.append(f"{stage.replace('_', ' ')} {percentile(values, 50):,.0f} / {percentile(values, 99):,.0f}")
+    print("  this app's new chat, ms from the POST (p50 / p99) when each step ended: " + ", ".join(parts), flush=True)
+
+
 def print_tables(results: list) -> None:
     print("\nBoth stacks (ms from the send; this app's new chat from the landing's POST):\n")
-    rows = [("setup", "N", "chat", "stack", "messages", "to model p50", *COLUMNS, "errors", "lost")]
+    rows = [("setup", "N", "chat", "stack", "messages", "to model p50", *COLUMNS, "errors", "lost",
+             "client CPU us/word")]
     for label, count, kind, ours, theirs in results:
         for name, found in (("this app", ours), ("Chainlit", theirs)):
             rows.append((label, str(count), kind, name, str(found["messages"]), cell(found["to model p50"]),
                          *(cell(found[column]) for column in COLUMNS), str(found["errors"]),
-                         str(found["lost"]) if found["lost"] >= 0 else "-"))
+                         str(found["lost"]) if found["lost"] >= 0 else "-", cell(found["client CPU us/word"])))
     _support.print_table(rows)
     print("\nRatios, this app / Chainlit (below 1: this app is ahead):\n")
     rows = [("setup", "N", "chat", *COLUMNS)]
