@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-from .history import ChatMessage
 from .model_api import Model, ModelError
+
+if TYPE_CHECKING:  # the offline model imports this module, and must not need the app registry
+    from .history import ChatMessage
 
 logger = logging.getLogger("sessions_core")
 
