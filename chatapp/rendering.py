@@ -212,16 +212,22 @@ class Usage:
 
 def _usage(runs: list[Run], summed: bool) -> Usage:
     models, totals, unknown = [], {"input_tokens": 0, "output_tokens": 0}, False
+    counted = False
     for run in runs:
-        metrics = run.metrics or {}
+        metrics = run.metrics if isinstance(run.metrics, dict) else {}
         if run.model_id and run.model_id not in models:
             models.append(run.model_id)
         if "input_tokens" in metrics:
+            counted = True
             for key in totals:
-                totals[key] += metrics.get(key) or 0
+                value = metrics.get(key) or 0
+                if isinstance(value, bool) or not isinstance(value, int):  # not a count (stored by other means)
+                    unknown = True
+                else:
+                    totals[key] += value
         elif "model_calls" in metrics:  # a model answered, but its tokens were never counted
             unknown = True
-    counted = any("input_tokens" in (run.metrics or {}) for run in runs) and not unknown
+    counted = counted and not unknown
     return Usage(models, totals["input_tokens"] if counted else None, totals["output_tokens"] if counted else None,
                  summed)
 

@@ -299,6 +299,9 @@ CHAT_TITLE_RETRY_SECONDS = _number("CHAT_TITLE_RETRY_SECONDS", 1.0)
 CHAT_LEASE_GRACE_SECONDS = 1.0
 # The largest chat export (JSON) a user may import, in bytes.
 CHAT_IMPORT_MAX_BYTES = _number("CHAT_IMPORT_MAX_BYTES", 20_000_000, int, minimum=1)
+# The most chats one import may add, and the most chats a user may have (the trash's too) after one; 0: no limit.
+CHAT_IMPORT_MAX_CHATS = _number("CHAT_IMPORT_MAX_CHATS", 10_000, int)
+CHAT_MAX_CHATS_PER_USER = _number("CHAT_MAX_CHATS_PER_USER", 50_000, int)
 
 # Limits on every JSON that enters (sessions_core/limits.py, which has the same defaults); 0 turns one off.
 # Deepest nesting of arrays and objects: socket frames, state edits, imports, tool arguments and

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Annotated, Literal
 
 import pydantic
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Prefetch
 from django.utils import timezone
 
@@ -180,14 +181,46 @@ class ImportRefused(ValueError):
     """The document is not one this module wrote (or it is damaged): says where, and nothing is stored."""
 
 
+# The same bounds as the engine's own writes: counts (tokens, model calls) are whole numbers, durations
+# seconds; times are ISO dates a database stores on every backend.
+MAX_COUNT = 10**12 - 1
+MAX_SECONDS = 10.0**9
+EARLIEST = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+LATEST = datetime(9000, 1, 1, tzinfo=dt_timezone.utc)
+
+
+def _in_range(value: datetime) -> datetime:
+    """A time from the document, aware (one without a zone is taken as UTC) and between EARLIEST and LATEST."""
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, dt_timezone.utc)
+    try:
+        in_utc = value.astimezone(dt_timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is before the year 1 in UTC
+        in_utc = None
+    if in_utc is None or not EARLIEST <= in_utc < LATEST:
+        raise ValueError(f"a time between {EARLIEST:%Y} and {LATEST:%Y} is expected")
+    return value
+
+
+_Time = Annotated[datetime, pydantic.AfterValidator(_in_range)]
+_Metric = (Annotated[pydantic.StrictInt, pydantic.Field(ge=0, le=MAX_COUNT)]
+           | Annotated[pydantic.StrictFloat, pydantic.Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)])
+
+
+class _ToolCallIn(pydantic.BaseModel):
+    id: str
+    name: str
+    arguments: str
+
+
 class _MessageIn(pydantic.BaseModel):
     role: Literal["user", "assistant", "tool"]
     content: str = ""
-    tool_calls: list[dict] | None = None
+    tool_calls: list[_ToolCallIn] | None = None
     tool_call_id: str = ""
     tool_name: str = ""
     tool_error: bool = False
-    created_at: datetime | None = None
+    created_at: _Time | None = None
 
 
 class _RunIn(pydantic.BaseModel):
@@ -199,14 +232,20 @@ class _RunIn(pydantic.BaseModel):
     content: str | None = None
     error: str = ""
     model: str = ""
-    created_at: datetime | None = None
-    finished_at: datetime | None = None
-    metrics: dict = {}
+    created_at: _Time | None = None
+    finished_at: _Time | None = None
+    metrics: dict[str, _Metric] = {}
     messages: list[_MessageIn] = []
     steps: list[_RunIn] = []  # a workflow's steps, a team's members
     run_id: str | None = None  # the exported id, which `follows` names; the import gives the run a new one
     follows: str | None = None
     abandoned: bool = False
+
+
+class _SummaryIn(pydantic.BaseModel):
+    summary: str
+    topics: list[str] = []
+    updated_at: _Time | None = None
 
 
 class _SessionIn(pydantic.BaseModel):
@@ -215,10 +254,10 @@ class _SessionIn(pydantic.BaseModel):
     name: str = ""
     assistant: str = ""
     kind: SessionKind = SessionKind.AGENT
-    created_at: datetime | None = None
-    last_activity_at: datetime | None = None
+    created_at: _Time | None = None
+    last_activity_at: _Time | None = None
     session_state: dict = {}
-    summary: dict | None = None
+    summary: _SummaryIn | None = None
     metadata: dict = {}
     runs: list[_RunIn] = []
 
@@ -230,16 +269,26 @@ class _ExportIn(pydantic.BaseModel):
 
 
 _DOCUMENT = pydantic.TypeAdapter(Annotated[_ExportIn | _SessionIn, pydantic.Field(discriminator="format")])
+ImportedSession = _SessionIn  # a chat of a document `read_import` checked, to store with `store_import`
+
+# An import is written a batch of chats at a time, each batch its own transaction of about this many rows
+# (a chat, its runs and their messages), so no other writer waits long for the database.
+IMPORT_BATCH_ROWS = 2000
+# On SQLite, whose one writer at a time is the whole database, an import then pauses as long as its batch
+# took (and at least this long, the longest a waiting writer sleeps between two tries), so other users'
+# writes get their turn between its batches. PostgreSQL locks rows, not the database: no pause there.
+SQLITE_PAUSE_SECONDS = 0.15
 
 
-def import_json(data: bytes | str, user) -> list[ChatSession]:
-    """New sessions of `user` from a document `export_json` or `export_all_json` wrote, in one
-    transaction: all of them, or none and ImportRefused saying why.
+def import_json(data: bytes | str, user, on_batch: Callable[[int, int], None] | None = None) -> list[ChatSession]:
+    """New sessions of `user` from a document `export_json` or `export_all_json` wrote: `read_import`, then
+    `store_import`. All of them, or none and ImportRefused saying why."""
+    return store_import(read_import(data), user, on_batch=on_batch)
 
-    Every session, run and message gets a new id (a document cannot reach another user's rows or
-    collide with any), the state becomes version 1 (its change recorded as "import"), runs that were
-    still running count as interrupted, and text goes through `storable`.
-    """
+
+def read_import(data: bytes | str) -> list[ImportedSession]:
+    """The chats of a document `export_json` or `export_all_json` wrote, every field checked by type and range
+    (and each state against CHAT_MAX_STATE_BYTES); ImportRefused, saying where, for anything else. Writes nothing."""
     try:  # deeper than CHAT_MAX_JSON_DEPTH: refused before the (recursive) parser sees it
         limits.check_depth(data, "The file")
     except limits.LimitExceeded as exc:
@@ -255,8 +304,59 @@ def import_json(data: bytes | str, user) -> list[ChatSession]:
         where = " → ".join(str(part) for part in error["loc"][1:]) or "the document"
         raise ImportRefused(f"Not a chat export this app wrote: {where}: {error['msg']}.") from None
     sessions = document.sessions if isinstance(document, _ExportIn) else [document]
-    with transaction.atomic():
-        return [_import_session(session, user) for session in sessions]
+    for session in sessions:
+        session.session_state = storable_tree(session.session_state)
+        try:
+            state_module.dumps(session.session_state)  # over CHAT_MAX_STATE_BYTES: the whole import is refused
+        except state_module.StateLimitError as exc:
+            raise ImportRefused(f"The chat “{_line(session.name) or 'untitled'}”: {exc}") from None
+    return sessions
+
+
+def store_import(sessions: list[ImportedSession], user,
+                 on_batch: Callable[[int, int], None] | None = None) -> list[ChatSession]:
+    """The chats `read_import` returned as new sessions of `user`, a batch at a time (IMPORT_BATCH_ROWS),
+    each batch committed on its own; `on_batch(stored, total)` after each. Should a write fail, the chats
+    already stored are deleted again and the error raised: the import is whole or not at all.
+
+    Every session, run and message gets a new id (a document cannot reach another user's rows or
+    collide with any), the state becomes version 1 (its change recorded as "import"), runs that were
+    still running count as interrupted, and text goes through `storable`.
+    """
+    stored: list[ChatSession] = []
+    try:
+        for batch in _batches(sessions):
+            began = time.monotonic()
+            with transaction.atomic():
+                stored += [_import_session(session, user) for session in batch]
+            if on_batch is not None:
+                on_batch(len(stored), len(sessions))
+            if connection.vendor == "sqlite" and len(stored) < len(sessions):
+                time.sleep(max(SQLITE_PAUSE_SECONDS, time.monotonic() - began))
+    except BaseException:
+        for start in range(0, len(stored), 100):
+            with transaction.atomic():
+                ChatSession.objects.filter(pk__in=[session.pk for session in stored[start:start + 100]]).delete()
+        raise
+    return stored
+
+
+def _batches(sessions: list[ImportedSession]) -> Iterator[list[ImportedSession]]:
+    """The chats in groups of about IMPORT_BATCH_ROWS rows (a chat larger than that is a batch of its own)."""
+    batch, rows = [], 0
+    for session in sessions:
+        size = 1 + _rows(session.runs)
+        if batch and rows + size > IMPORT_BATCH_ROWS:
+            yield batch
+            batch, rows = [], 0
+        batch.append(session)
+        rows += size
+    if batch:
+        yield batch
+
+
+def _rows(runs: list[_RunIn]) -> int:
+    return sum(1 + len(run.messages) + _rows(run.steps) for run in runs)
 
 
 def _refuse_constant(name: str):
@@ -269,14 +369,10 @@ def _import_session(data: _SessionIn, user) -> ChatSession:
     session = ChatSession.objects.new(
         owner=user, component_id=storable(data.assistant)[:128], kind=data.kind, metadata=storable_tree(data.metadata),
         name=name, name_source=NameSource.USER if name else NameSource.NONE,
-        summary=data.summary and storable_tree(data.summary), created_at=_aware(data.created_at) or now,
-        last_activity_at=_aware(data.last_activity_at or data.created_at) or now,
+        summary=data.summary and storable_tree(data.summary.model_dump(mode="json")), created_at=data.created_at or now,
+        last_activity_at=data.last_activity_at or data.created_at or now,
     )
-    state = storable_tree(data.session_state)
-    try:
-        state_module.dumps(state)  # over CHAT_MAX_STATE_BYTES: the whole import is refused
-    except state_module.StateLimitError as exc:
-        raise ImportRefused(f"The chat “{name or 'untitled'}”: {exc}") from None
+    state = data.session_state  # storable, and within CHAT_MAX_STATE_BYTES (`read_import`)
     if state:
         patch, inverse = state_module.diff({}, state)
         StateChange.objects.create(session=session, version=1, patch=patch, inverse=inverse, source="import",
@@ -294,10 +390,10 @@ def _import_session(data: _SessionIn, user) -> ChatSession:
                 seq += 1
                 messages.append(Message(
                     session=session, run=stored, seq=seq, role=message.role, content=storable(message.content),
-                    tool_calls=message.tool_calls and storable_tree(message.tool_calls),
+                    tool_calls=message.tool_calls and [storable_tree(call.model_dump()) for call in message.tool_calls],
                     tool_call_id=storable(message.tool_call_id)[:TOOL_FIELD_CHARS],
                     tool_name=storable(message.tool_name)[:TOOL_FIELD_CHARS], tool_error=message.tool_error,
-                    created_at=_aware(message.created_at) or stored.created_at,
+                    created_at=message.created_at or stored.created_at,
                 ))
         level = [(step, stored) for (run, _), stored in zip(level, stored_level, strict=True) for step in run.steps]
     _link_branches(session, top_level or [])
@@ -330,14 +426,7 @@ def _imported_run(session: ChatSession, run: _RunIn, parent: Run | None, now) ->
         input=storable(run.input if run.input is not None else _first_user_text(run)),
         content=storable(run.content if run.content is not None else _reply_text(run)),
         error=storable(run.error), model_id=storable(run.model)[:128], metrics=storable_tree(run.metrics),
-        created_at=_aware(run.created_at) or now, finished_at=_aware(run.finished_at or run.created_at) or now)
-
-
-def _aware(value: datetime | None) -> datetime | None:
-    """A time from the document; one without a zone is taken as UTC."""
-    if value is None or timezone.is_aware(value):
-        return value
-    return timezone.make_aware(value, dt_timezone.utc)
+        created_at=run.created_at or now, finished_at=run.finished_at or run.created_at or now)
 
 
 def _first_user_text(run: _RunIn) -> str:

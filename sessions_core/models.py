@@ -10,7 +10,7 @@ import uuid
 import jsonpatch
 from django.conf import settings
 from django.db import models
-from django.db.models import Count, Q, Sum
+from django.db.models import Case, Count, Q, Sum, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
@@ -205,8 +205,11 @@ class RunQuerySet(models.QuerySet):
 
 
 def _metric(key: str):
-    """A run's metrics[key] as a number, for sums (NULL where a run has none)."""
-    return Cast(KT(f"metrics__{key}"), models.BigIntegerField())
+    """A run's metrics[key] as a number, for sums: NULL where a run has none, or has anything but a whole
+    number of at most 12 digits (the engine's own counts; an import allows no more), so a sum neither
+    overflows nor fails on a value stored by other means."""
+    counted = Q(**{f"metrics__{key}__regex": r"^[0-9]{1,12}$"})
+    return Case(When(counted, then=Cast(KT(f"metrics__{key}"), models.BigIntegerField())), default=None)
 
 
 USAGE_SUMS = {**{key: Coalesce(Sum(_metric(key)), 0) for key in ("input_tokens", "output_tokens")},

@@ -171,3 +171,32 @@ def test_the_stop_action_asks_running_runs_to_stop_and_a_steps_run_through_its_r
     assert b"Asked 1 run(s) to stop." in response.content
     flags = dict(Run.objects.values_list("pk", "cancel_requested"))
     assert flags == {done.pk: False, workflow.pk: True, step.pk: False}  # the root's flag is the one runs read
+
+
+@pytest.mark.parametrize(("metrics", "summary"), [
+    ({"input_tokens": 9223372036854775807, "output_tokens": -2, "duration": "slow"},
+     {"summary": "s", "topics": [1, 2, None], "updated_at": "not a date"}),
+    ({"input_tokens": "lots", "output_tokens": 1.5, "duration": [1]}, ["not", "a", "summary"]),
+])
+def test_admin_pages_show_whatever_is_stored(admin_client_logged_in, client, metrics, summary):
+    """Values no engine write makes (stored by other means) are shown as they are, and left out of the sums."""
+    from sessions_core.models import Run
+
+    bob = make_user("bob")
+    session = make_session(bob, name="Odd", summary=summary)
+    run = make_run(session)
+    Run.objects.filter(pk=run.pk).update(metrics=metrics)
+    make_run(session, parent_run=run, step_name="step")
+    Run.objects.filter(parent_run=run).update(metrics=metrics)
+    counted = make_run(session)
+    Run.objects.filter(pk=counted.pk).update(metrics={"input_tokens": 5, "output_tokens": 3})
+    for url in (reverse("admin:sessions_core_chatsession_change", args=[session.pk]),
+                reverse("admin:sessions_core_chatsession_transcript", args=[session.pk]),
+                reverse("admin:sessions_core_run_change", args=[run.pk]),
+                reverse("admin:sessions_core_chatsession_usage")):
+        assert admin_client_logged_in.get(url).status_code == 200, url
+    [row] = admin_client_logged_in.get(reverse("admin:sessions_core_chatsession_usage")).context["rows"]
+    assert (row["input_tokens"], row["output_tokens"]) == (5, 3)
+    client.force_login(bob)
+    assert client.get(reverse("chat:session", args=[session.session_id])).status_code == 200
+    assert client.get(reverse("chat:index")).status_code in (200, 302)

@@ -74,14 +74,29 @@ def export_all(request: HttpRequest) -> StreamingHttpResponse:
 IMPORTED = " (imported)"
 
 
-def _mark_imported(sessions) -> None:
+def _mark_imported(sessions: list[export.ImportedSession]) -> None:
     """An imported chat says so in its title, so it is never taken for its original (in the sidebar, in
     search, in the tab's title)."""
     for session in sessions:
-        base = session.name or "Imported chat"
-        if not base.endswith(IMPORTED):
-            session.name = base[: 200 - len(IMPORTED)] + IMPORTED if session.name else base
-            session.save(update_fields=["name"])
+        name = " ".join(session.name.split())
+        if not name:
+            session.name = "Imported chat"
+        elif not name.endswith(IMPORTED):
+            session.name = name[: 200 - len(IMPORTED)] + IMPORTED
+
+
+def _over_chat_limits(user, count: int) -> str:
+    """Why `count` more chats for `user` are too many (CHAT_IMPORT_MAX_CHATS, CHAT_MAX_CHATS_PER_USER), or ""."""
+    per_import, per_user = settings.CHAT_IMPORT_MAX_CHATS, settings.CHAT_MAX_CHATS_PER_USER
+    if per_import and count > per_import:
+        return (f"This file holds {count:,} chats; an import takes at most {per_import:,} "
+                "(CHAT_IMPORT_MAX_CHATS). Split it, or import fewer chats.")
+    if per_user:
+        have = ChatSession.objects.for_user(user).count()  # the trash's too: they are stored
+        if have + count > per_user:
+            return (f"You have {have:,} chats and this file holds {count:,}; a user may have at most "
+                    f"{per_user:,} (CHAT_MAX_CHATS_PER_USER, the trash counts). Empty the trash or delete some first.")
+    return ""
 
 
 NOT_AN_EXPORT = ("This file is not a chat export from this app. Import takes the JSON file that “Export” "
@@ -90,7 +105,7 @@ NOT_AN_EXPORT = ("This file is not a chat export from this app. Import takes the
 
 def _refusal_in_words(message: str) -> str:
     """The engine's refusal, where it names a parser's or a validator's internals, in a user's words."""
-    if "discriminator" in message or "expected tags" in message or "valid dictionary" in message:
+    if "discriminator" in message or "expected tags" in message or "the document: Input should be a valid dict" in message:
         return NOT_AN_EXPORT
     if "integer string conversion" in message:
         return "This file holds a number too long to read (more than 4,300 digits): it is not a chat export."
@@ -104,7 +119,8 @@ def _refusal_in_words(message: str) -> str:
 @limit_posts((IMPORTS, by_user))
 def import_chats(request: HttpRequest) -> HttpResponse:
     """A JSON file this app exported (one chat or all of them) becomes new chats of the user: all of the
-    file or, with a message saying why, none of it."""
+    file or, with a message saying why, none of it. Its chats count against CHAT_IMPORT_MAX_CHATS and
+    CHAT_MAX_CHATS_PER_USER."""
     error = ""
     if request.method == "POST":
         upload = request.FILES.get("file")
@@ -115,11 +131,14 @@ def import_chats(request: HttpRequest) -> HttpResponse:
             error = f"The file is {upload.size:,} bytes; the limit is {limit:,} (CHAT_IMPORT_MAX_BYTES)."
         else:
             try:
-                sessions = export.import_json(upload.read(), request.user)
+                chats = export.read_import(upload.read())
             except export.ImportRefused as exc:
                 error = _refusal_in_words(str(exc))
             else:
-                _mark_imported(sessions)
+                error = _over_chat_limits(request.user, len(chats))
+            if not error:
+                _mark_imported(chats)
+                sessions = export.store_import(chats, request.user)  # in batches: other users' writes go on
                 count = len(sessions)
                 messages.success(request, f"Imported {count} chat{'' if count == 1 else 's'}.")
                 return redirect("chat:session", sessions[0].session_id) if count else redirect("chat:index")
