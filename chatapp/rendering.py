@@ -499,7 +499,7 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
     """Context of _state_panel.html. `edit_text`/`edit_version` refill the JSON form after a refused edit;
     `pending_changes` are a running reply's changes, listed above the stored ones."""
     changes = list(StateChange.objects.filter(session=session).select_related("run")
-                   .only("version", "patch", "inverse", "source", "created_at", "run__run_id")
+                   .only("version", "patch", "inverse", "restores", "source", "created_at", "run__run_id")
                    .order_by("-version")[:TIMELINE_CHANGES])
     state_json = json.dumps(session.session_state, indent=2, ensure_ascii=False)
     defaults = list(assistant_defaults(session.component_id))

@@ -66,6 +66,8 @@ class BranchWebTests(LiveTestMixin, TransactionTestCase):
         assert "add eggs" in frames[-1] and "add bread" not in frames[-1]
         assert NUMBER.findall(frames[-1]) == [("1", "3")]
         assert "branch:switch" in frames[-1] and await self.state() == {"shopping_list": ["milk", "eggs"]}
+        switch = await StateChange.objects.filter(source="branch:switch").aget()
+        assert switch.restores is not None and f"the state as of <a href=\"/s/{self.session.session_id}/state/v{switch.restores}/\"" in frames[-1]
         await settle()
 
         client = Client()
