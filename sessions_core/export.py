@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from datetime import timezone as dt_timezone
@@ -23,7 +24,7 @@ from typing import Annotated, Literal
 
 import pydantic
 from django.db import connection, transaction
-from django.db.models import Prefetch
+from django.db.models import Count, Prefetch, QuerySet
 from django.utils import timezone
 
 from . import limits
@@ -45,17 +46,24 @@ def _steps(prefix: str = "") -> Prefetch:
     return Prefetch(f"{prefix}children", queryset=Run.objects.order_by("pk"), to_attr="steps")
 
 
+def _top_level_runs(sessions, agents_only: bool):
+    """The top-level runs that have begun of `sessions` (a queryset's filter value), each with `shown` (its
+    messages but the system prompt, by seq) and, unless `agents_only`, `steps` (a workflow's step runs, a
+    team's member runs, and theirs)."""
+    runs = Run.objects.begun().filter(session__in=sessions, parent_run__isnull=True).select_related("follows").only(
+        *(f.name for f in Run._meta.concrete_fields), "follows__run_id")
+    prefetch = [_shown()]
+    if not agents_only:  # only then: an agent session's export stays at two queries a batch
+        prefetch += [_steps(), _shown("steps__"), _steps("steps__"), _shown("steps__steps__")]
+    return runs.prefetch_related(*prefetch)
+
+
 def _runs(session: ChatSession, current_branch: bool = False) -> Iterator[Run]:
-    """Top-level runs (of every branch, or of the current one), oldest first, each with `shown` (its messages
-    but the system prompt, by seq) and `steps` (a workflow's step runs, a team's member runs, and theirs)."""
-    runs = Run.objects.begun().filter(session=session, parent_run__isnull=True).select_related("follows").only(
-        *(f.name for f in Run._meta.concrete_fields), "follows__run_id").order_by("pk")
+    """The session's top-level runs (of every branch, or of the current one), oldest first, BATCH_RUNS at a time."""
+    runs = _top_level_runs([session.pk], agents_only=session.kind == "agent").order_by("pk")
     if current_branch:
         runs = runs.filter(abandoned=False)
-    prefetch = [_shown()]
-    if session.kind != "agent":  # only then: an agent session's export stays at two queries a batch
-        prefetch += [_steps(), _shown("steps__"), _steps("steps__"), _shown("steps__steps__")]
-    return runs.prefetch_related(*prefetch).iterator(chunk_size=BATCH_RUNS)
+    return runs.iterator(chunk_size=BATCH_RUNS)
 
 
 def _time(value: datetime | None) -> str | None:
@@ -100,23 +108,62 @@ def session_header(session: ChatSession) -> dict:
 
 def export_json(session: ChatSession) -> Iterator[str]:
     """The session as one JSON object: its header, then `runs` (each with its messages), oldest first."""
+    return _session_json(session, _runs(session))
+
+
+def _session_json(session: ChatSession, runs: Iterable[Run]) -> Iterator[str]:
     header = json.dumps({"format": "sessions_core.session", "version": FORMAT_VERSION, **session_header(session)},
                         ensure_ascii=False)
     yield header[:-1] + ', "runs": ['
-    for number, run in enumerate(_runs(session)):
+    for number, run in enumerate(runs):
         yield ("," if number else "") + json.dumps(_run(run), ensure_ascii=False)
     yield "]}"
 
 
-def export_all_json(sessions: Iterable[ChatSession], username: str, now: datetime) -> Iterator[str]:
-    """Several sessions (a user's) as one JSON object: `{"user", "exported_at", "sessions": [...]}`."""
+EXPORT_CHATS_PER_READ = 100  # sessions read at a time by an export of several
+
+
+def export_all_json(sessions: QuerySet[ChatSession], username: str, now: datetime) -> Iterator[str]:
+    """Several sessions (a user's: `sessions` is scoped to them) as one JSON object, in the queryset's order:
+    `{"user", "exported_at", "sessions": [...]}`.
+
+    Read a group at a time, with no cursor left open between them: the sessions' ids first, then
+    EXPORT_CHATS_PER_READ sessions per query and the runs of as many of them as hold BATCH_RUNS runs in one
+    query with their messages (a session of more runs streams on its own, a batch at a time). So 20,000
+    one-run chats cost a few hundred queries, and a slow download holds no transaction open."""
     yield json.dumps({"format": "sessions_core.export", "version": FORMAT_VERSION, "user": username,
                       "exported_at": now.isoformat()}, ensure_ascii=False)[:-1] + ', "sessions": ['
-    for number, session in enumerate(sessions):
-        if number:
-            yield ","
-        yield from export_json(session)
+    ids = list(sessions.values_list("pk", flat=True))
+    number = 0
+    for start in range(0, len(ids), EXPORT_CHATS_PER_READ):
+        chunk = ids[start:start + EXPORT_CHATS_PER_READ]
+        found = sessions.filter(pk__in=chunk).in_bulk()  # a session deleted since is left out
+        for group in _groups([found[pk] for pk in chunk if pk in found]):
+            for session, runs in group:
+                yield ("," if number else "") + "".join(_session_json(session, runs))
+                number += 1
     yield "]}"
+
+
+def _groups(sessions: list[ChatSession]) -> Iterator[list[tuple[ChatSession, Iterable[Run]]]]:
+    """The sessions with their runs, in groups whose runs are read in one query (about BATCH_RUNS runs)."""
+    counts = dict(Run.objects.begun().filter(session__in=sessions, parent_run__isnull=True)
+                  .values_list("session").annotate(Count("pk")).order_by())
+    group, total = [], 0
+    for session in sessions + [None]:
+        size = counts.get(session.pk, 0) if session else 0
+        if group and (session is None or total + size > BATCH_RUNS):
+            runs_by_session = defaultdict(list)
+            for run in _top_level_runs([member.pk for member in group],
+                                       agents_only=all(member.kind == "agent" for member in group)).order_by("pk"):
+                runs_by_session[run.session_id].append(run)
+            yield [(member, runs_by_session[member.pk]) for member in group]
+            group, total = [], 0
+        if session is not None and size > BATCH_RUNS:
+            yield [(session, _runs(session))]
+        elif session is not None:
+            group.append(session)
+            total += size
 
 
 def export_markdown(session: ChatSession, assistant_name: str = "") -> Iterator[str]:

@@ -122,6 +122,33 @@ def test_the_export_reads_the_runs_in_batches_whatever_their_number(runs, django
     assert markdown.count("**You**") == runs and f"answer {runs - 1}" in markdown
 
 
+def test_an_export_of_many_chats_reads_them_a_group_at_a_time(monkeypatch, django_assert_max_num_queries):
+    alice = make_user("alice")
+    monkeypatch.setattr(export, "BATCH_RUNS", 5)
+    monkeypatch.setattr(export, "EXPORT_CHATS_PER_READ", 10)
+    chats = []
+    for number in range(30):
+        chats.append(make_session(alice, name=f"Chat {number}"))
+        make_run(chats[-1], f"question {number}", f"answer {number}")
+    long = make_session(alice, name="Long")  # more runs than a batch: read on its own
+    for number in range(7):
+        make_run(long, f"long question {number}", "answer")
+    make_session(alice, name="Empty")
+    workflow = make_session(alice, name="Flow", kind="workflow")
+    make_run(workflow, parent_run=make_run(workflow, "go", "done"), step_name="Tally", user_text="", reply="3 items")
+    sessions = ChatSession.objects.for_user(alice).order_by("-pk")
+    # The ids, then per ten chats: the chats, their run counts, and per group of five runs the runs and
+    # their messages; not a query per chat.
+    with django_assert_max_num_queries(1 + 4 * (2 + 7) + 3):  # and the workflow's steps
+        document = json.loads("".join(export.export_all_json(sessions, "alice", timezone.now())))
+    one_by_one = [json.loads("".join(export.export_json(session))) for session in sessions]
+    assert [chat["name"] for chat in document["sessions"]] == [
+        "Flow", "Empty", "Long", *(f"Chat {n}" for n in range(29, -1, -1))]
+    assert document["sessions"][0]["runs"][0]["steps"][0]["content"] == "3 items"
+    assert document["sessions"] == one_by_one
+    assert len(document["sessions"][2]["runs"]) == 7
+
+
 # -- import ------------------------------------------------------------------------------------------
 
 

@@ -67,7 +67,7 @@ def export_all(request: HttpRequest) -> StreamingHttpResponse:
     """Every chat of the user that is not in the trash, newest activity first."""
     now = timezone.now()
     sessions = ChatSession.objects.for_user(request.user).alive().order_by("-last_activity_at", "-id")
-    parts = export.export_all_json(sessions.iterator(chunk_size=100), request.user.get_username(), now)
+    parts = export.export_all_json(sessions, request.user.get_username(), now)
     return _download(parts, "application/json", f"chats-{slugify(request.user.get_username())}-{now:%Y%m%d}.json")
 
 
