@@ -4,6 +4,7 @@ and the JSON back again as new sessions of a user.
     for part in export_json(session): ...
     for part in export_markdown(session): ...
     sessions = import_json(data, user)  # raises ImportRefused, having written nothing
+    chats = read_import(data); sessions = store_import(chats, user)  # the same in two steps, written in batches
 
 Both stream: the runs are read in batches with their messages, so a session of 10,000 runs costs the
 memory and the queries of a batch at a time, never of the whole session. The caller has checked that
@@ -24,7 +25,7 @@ from typing import Annotated, Literal
 
 import pydantic
 from django.db import connection, transaction
-from django.db.models import Count, Prefetch, QuerySet
+from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
 from django.utils import timezone
 
 from . import limits
@@ -320,11 +321,12 @@ ImportedSession = _SessionIn  # a chat of a document `read_import` checked, to s
 
 # An import is written a batch of chats at a time, each batch its own transaction of about this many rows
 # (a chat, its runs and their messages), so no other writer waits long for the database.
-IMPORT_BATCH_ROWS = 2000
-# On SQLite, whose one writer at a time is the whole database, an import then pauses as long as its batch
-# took (and at least this long, the longest a waiting writer sleeps between two tries), so other users'
-# writes get their turn between its batches. PostgreSQL locks rows, not the database: no pause there.
-SQLITE_PAUSE_SECONDS = 0.15
+IMPORT_BATCH_ROWS = 250
+# Between two batches an import pauses as long as the batch took, so it takes at most half of its process's
+# time and other users' requests there do not queue behind it for the interpreter's lock. On SQLite, whose
+# one writer at a time is the whole database, the pause is at least this long (more than a writer that
+# waited a batch's length sleeps between two tries), so other users' writes get their turn.
+SQLITE_PAUSE_SECONDS = 0.1
 
 
 def import_json(data: bytes | str, user, on_batch: Callable[[int, int], None] | None = None) -> list[ChatSession]:
@@ -375,11 +377,12 @@ def store_import(sessions: list[ImportedSession], user,
         for batch in _batches(sessions):
             began = time.monotonic()
             with transaction.atomic():
-                stored += [_import_session(session, user) for session in batch]
+                stored += _import_batch(batch, user)
             if on_batch is not None:
                 on_batch(len(stored), len(sessions))
-            if connection.vendor == "sqlite" and len(stored) < len(sessions):
-                time.sleep(max(SQLITE_PAUSE_SECONDS, time.monotonic() - began))
+            if len(stored) < len(sessions):
+                least = SQLITE_PAUSE_SECONDS if connection.vendor == "sqlite" else 0
+                time.sleep(max(least, time.monotonic() - began))
     except BaseException:
         for start in range(0, len(stored), 100):
             with transaction.atomic():
@@ -410,59 +413,75 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not a JSON value")
 
 
-def _import_session(data: _SessionIn, user) -> ChatSession:
+def _import_batch(batch: list[_SessionIn], user) -> list[ChatSession]:
+    """One batch of chats as new sessions of `user`: a bulk insert per table (and per level of steps)."""
     now = timezone.now()
-    name = storable(_line(data.name))[:200]
-    session = ChatSession.objects.new(
-        owner=user, component_id=storable(data.assistant)[:128], kind=data.kind, metadata=storable_tree(data.metadata),
-        name=name, name_source=NameSource.USER if name else NameSource.NONE,
-        summary=data.summary and storable_tree(data.summary.model_dump(mode="json")), created_at=data.created_at or now,
-        last_activity_at=data.last_activity_at or data.created_at or now,
-    )
-    state = data.session_state  # storable, and within CHAT_MAX_STATE_BYTES (`read_import`)
-    if state:
-        patch, inverse = state_module.diff({}, state)
-        StateChange.objects.create(session=session, version=1, patch=patch, inverse=inverse, source="import",
-                                   created_at=now)
-        session.session_state, session.state_version = state, 1
+    sessions = ChatSession.objects.bulk_create([_imported_session(data, user, now) for data in batch])
+    StateChange.objects.bulk_create([  # the state becomes version 1, recorded as "import"
+        StateChange(session=session, version=1, patch=patch, inverse=inverse, source="import", created_at=now)
+        for session in sessions if session.session_state
+        for patch, inverse in [state_module.diff({}, session.session_state)]])
     messages: list[Message] = []
-    level: list[tuple[_RunIn, Run | None]] = [(run, None) for run in data.runs]
-    seq, top_level = 0, None
+    seq = dict.fromkeys((session.pk for session in sessions), 0)
+    level = [(run, None, session) for data, session in zip(batch, sessions, strict=True) for run in data.runs]
+    top_level = None
     while level:  # the top-level runs, then their steps, then theirs: a bulk insert per level
-        stored_level = Run.objects.bulk_create(_imported_run(session, run, parent, now) for run, parent in level)
+        stored_level = Run.objects.bulk_create(_imported_run(session, run, parent, now) for run, parent, session in level)
         if top_level is None:
-            top_level = list(zip(data.runs, stored_level, strict=True))
-        for (run, _), stored in zip(level, stored_level, strict=True):
+            top_level = [(run, stored, session) for (run, _, session), stored in zip(level, stored_level, strict=True)]
+        for (run, _, session), stored in zip(level, stored_level, strict=True):
             for message in run.messages:
-                seq += 1
+                seq[session.pk] += 1
                 messages.append(Message(
-                    session=session, run=stored, seq=seq, role=message.role, content=storable(message.content),
+                    session=session, run=stored, seq=seq[session.pk], role=message.role,
+                    content=storable(message.content),
                     tool_calls=message.tool_calls and [storable_tree(call.model_dump()) for call in message.tool_calls],
                     tool_call_id=storable(message.tool_call_id)[:TOOL_FIELD_CHARS],
                     tool_name=storable(message.tool_name)[:TOOL_FIELD_CHARS], tool_error=message.tool_error,
                     created_at=message.created_at or stored.created_at,
                 ))
-        level = [(step, stored) for (run, _), stored in zip(level, stored_level, strict=True) for step in run.steps]
-    _link_branches(session, top_level or [])
+        level = [(step, stored, session)
+                 for (run, _, session), stored in zip(level, stored_level, strict=True) for step in run.steps]
+    _link_branches(top_level or [])
     Message.objects.bulk_create(messages, batch_size=500)
-    session.last_seq = seq
-    session.save(update_fields=["session_state", "state_version", "last_seq"])
-    return session
+    return sessions
 
 
-def _link_branches(session: ChatSession, runs: list[tuple[_RunIn, Run]]) -> None:
-    """The imported runs' tree: each follows the run its `follows` names (a document without branches, the
-    one before it), and the session's leaf is the last run of the current branch."""
-    by_old_id = {run.run_id: stored for run, stored in runs if run.run_id}
-    previous = None
-    for run, stored in runs:
-        follows = by_old_id.get(run.follows) if run.follows else (None if run.run_id else previous)
-        stored.follows, stored.abandoned = follows, run.abandoned
-        previous = stored
-    Run.objects.bulk_update([stored for _, stored in runs], ["follows", "abandoned"], batch_size=500)
-    current = [stored for run, stored in runs if not run.abandoned]
-    session.current_leaf = current[-1] if current else None
-    ChatSession.objects.filter(pk=session.pk).update(current_leaf=session.current_leaf)
+def _imported_session(data: _SessionIn, user, now) -> ChatSession:
+    name = storable(_line(data.name))[:200]
+    state = data.session_state  # storable, and within CHAT_MAX_STATE_BYTES (`read_import`)
+    return ChatSession.objects.build(
+        owner=user, component_id=storable(data.assistant)[:128], kind=data.kind, metadata=storable_tree(data.metadata),
+        name=name, name_source=NameSource.USER if name else NameSource.NONE,
+        summary=data.summary and storable_tree(data.summary.model_dump(mode="json")), created_at=data.created_at or now,
+        last_activity_at=data.last_activity_at or data.created_at or now,
+        session_state=state, state_version=1 if state else 0, last_seq=_messages(data.runs))
+
+
+def _messages(runs: list[_RunIn]) -> int:
+    return sum(len(run.messages) + _messages(run.steps) for run in runs)
+
+
+def _link_branches(runs: list[tuple[_RunIn, Run, ChatSession]]) -> None:
+    """The imported runs' trees: each follows the run its `follows` names (a document without branches, the
+    one before it), and each session's leaf is the last run of its current branch (the newest one kept)."""
+    by_old_id, previous, following = {}, {}, []
+    for run, stored, session in runs:
+        if run.run_id:
+            by_old_id[session.pk, run.run_id] = stored
+        if run.follows:
+            follows = by_old_id.get((session.pk, run.follows))
+        else:
+            follows = None if run.run_id else previous.get(session.pk)
+        if follows is not None:
+            stored.follows = follows
+            following.append(stored)
+        previous[session.pk] = stored
+        if not run.abandoned:
+            session.current_leaf = stored
+    Run.objects.bulk_update(following, ["follows"], batch_size=500)
+    kept = Run.objects.filter(session=OuterRef("pk"), parent_run__isnull=True, abandoned=False).order_by("-pk")
+    ChatSession.objects.filter(pk__in=previous).update(current_leaf=Subquery(kept.values("pk")[:1]))
 
 
 def _imported_run(session: ChatSession, run: _RunIn, parent: Run | None, now) -> Run:
@@ -473,6 +492,7 @@ def _imported_run(session: ChatSession, run: _RunIn, parent: Run | None, now) ->
         input=storable(run.input if run.input is not None else _first_user_text(run)),
         content=storable(run.content if run.content is not None else _reply_text(run)),
         error=storable(run.error), model_id=storable(run.model)[:128], metrics=storable_tree(run.metrics),
+        abandoned=run.abandoned and parent is None,
         created_at=run.created_at or now, finished_at=run.finished_at or run.created_at or now)
 
 

@@ -293,7 +293,7 @@ def test_a_write_that_fails_half_way_leaves_no_chat_behind(alice_chat):
     one = json.loads(exported(session))
     body = json.dumps({"format": "sessions_core.export", "version": 1, "sessions": [one, one]})
     before = (ChatSession.objects.count(), Run.objects.count(), Message.objects.count())
-    with connection.execute_wrapper(failing_insert("sessions_core_message", 2)), pytest.raises(DatabaseError):
+    with connection.execute_wrapper(failing_insert("sessions_core_message", 1)), pytest.raises(DatabaseError):
         export.import_json(body, alice)
     assert (ChatSession.objects.count(), Run.objects.count(), Message.objects.count()) == before
 

@@ -3,6 +3,8 @@ uploaded back as new chats (sessions_core.export)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from itertools import islice
 
@@ -25,14 +27,24 @@ from .common import owned_session
 
 
 STREAM_PARTS = 64  # parts (a run each, in JSON) read from the database per trip to Django's sync thread
+# The share of the process's time a download may take: after each trip it waits so that its work is at
+# most this share of the time since. A download of 20,000 chats is work for seconds of one core, and
+# other users' requests in the same process would wait behind it for the interpreter's lock.
+DOWNLOAD_SHARE = 0.5
 
 
 async def _streamed(parts: Iterator[str]) -> AsyncIterator[str]:
     """A generator that reads the database, served under ASGI a batch at a time: given as it is,
     Django would read it all into memory first (it consumes a sync iterator with list())."""
     take = sync_to_async(lambda: list(islice(parts, STREAM_PARTS)))
-    while batch := await take():
+    while True:
+        began = time.monotonic()
+        batch = await take()
+        work = time.monotonic() - began
+        if not batch:
+            return
         yield "".join(batch)
+        await asyncio.sleep(work * (1 - DOWNLOAD_SHARE) / DOWNLOAD_SHARE)
 
 
 def _download(parts: Iterator[str], content_type: str, filename: str) -> StreamingHttpResponse:
