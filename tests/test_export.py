@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from datetime import timedelta
@@ -323,12 +324,22 @@ def chats_document(count: int, **fields) -> str:
     return json.dumps({"format": "sessions_core.export", "version": 1, "sessions": chats})
 
 
+@contextlib.contextmanager
 def zero_lock_wait():
-    """This connection's wait for a lock another holds: none (a held lock is an error at once)."""
+    """This connection's wait for a lock another holds: none (a held lock is an error at once); as before after."""
     from django.db import connection
 
+    sqlite = connection.vendor == "sqlite"
     with connection.cursor() as cursor:
-        cursor.execute("PRAGMA busy_timeout = 0" if connection.vendor == "sqlite" else "SET lock_timeout = '1ms'")
+        cursor.execute("PRAGMA busy_timeout" if sqlite else "SHOW lock_timeout")
+        before = cursor.fetchone()[0]
+        cursor.execute("PRAGMA busy_timeout = 0" if sqlite else "SET lock_timeout = '1ms'")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {int(before)}" if sqlite else "SELECT set_config('lock_timeout', %s, false)",
+                           None if sqlite else [before])
 
 
 @pytest.mark.django_db(transaction=True)
@@ -361,10 +372,10 @@ def test_an_import_commits_batch_by_batch_and_another_users_writes_go_on_between
         # The import is half done: its first chat is committed (this connection sees it) and it holds no lock,
         # so Bob's rename is written at once, with no wait allowed.
         assert list(ChatSession.objects.for_user(alice).values_list("name", flat=True)) == ["Chat 0"]
-        zero_lock_wait()
         client = Client()
         client.force_login(bob)
-        response = client.post(reverse("chat:session_rename_hx", args=[bobs.session_id]), {"name": "Renamed"})
+        with zero_lock_wait():
+            response = client.post(reverse("chat:session_rename_hx", args=[bobs.session_id]), {"name": "Renamed"})
         assert response.status_code == 302  # back to the chat, renamed
         assert ChatSession.objects.get(pk=bobs.pk).name == "Renamed"
     finally:
