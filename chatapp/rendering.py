@@ -231,16 +231,22 @@ class Usage:
 
 def _usage(runs: list[Run], summed: bool) -> Usage:
     models, totals, unknown = [], {"input_tokens": 0, "output_tokens": 0}, False
+    counted = False
     for run in runs:
-        metrics = run.metrics or {}
+        metrics = run.metrics if isinstance(run.metrics, dict) else {}
         if run.model_id and run.model_id not in models:
             models.append(run.model_id)
         if "input_tokens" in metrics:
+            counted = True
             for key in totals:
-                totals[key] += metrics.get(key) or 0
+                value = metrics.get(key) or 0
+                if isinstance(value, bool) or not isinstance(value, int):  # not a count (stored by other means)
+                    unknown = True
+                else:
+                    totals[key] += value
         elif "model_calls" in metrics:  # a model answered, but its tokens were never counted
             unknown = True
-    counted = any("input_tokens" in (run.metrics or {}) for run in runs) and not unknown
+    counted = counted and not unknown
     return Usage(models, totals["input_tokens"] if counted else None, totals["output_tokens"] if counted else None,
                  summed)
 
@@ -557,7 +563,7 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
     """Context of _state_panel.html. `edit_text`/`edit_version` refill the JSON form after a refused edit;
     `pending_changes` are a running reply's changes, listed above the stored ones."""
     changes = list(StateChange.objects.filter(session=session).on_current_branch().select_related("run")
-                   .only("version", "patch", "inverse", "source", "created_at", "run__run_id")
+                   .only("version", "patch", "inverse", "restores", "source", "created_at", "run__run_id")
                    .order_by("-version")[:TIMELINE_CHANGES])
     state_json = json.dumps(session.session_state, indent=2, ensure_ascii=False)
     defaults = list(assistant_defaults(session.component_id))

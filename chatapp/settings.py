@@ -5,6 +5,7 @@ offline model). A bad value raises ImproperlyConfigured at start-up, naming the 
 the value, rather than failing later.
 """
 
+import ipaddress
 import logging
 import math
 import os
@@ -270,9 +271,38 @@ CONTENT_SECURITY_POLICY = {
     },
 }
 
+
+def _addresses(name: str, default: str) -> list[str]:
+    """Comma-separated addresses or networks (or "*", any address), as uvicorn's --forwarded-allow-ips takes them."""
+    value = os.environ.get(name, default)
+    parts = [part.strip() for part in value.split(",") if part.strip()]
+    for part in parts:
+        if part != "*":
+            try:
+                ipaddress.ip_network(part, strict=False)
+            except ValueError:
+                _refuse(name, value, "expected comma-separated addresses or networks (127.0.0.1, 10.0.0.0/8), or *")
+    if not parts:
+        _refuse(name, value, "expected at least one address or network")
+    return parts
+
+
+# Behind a proxy that ends TLS, set TRUST_PROXY_HEADERS=true (it must set X-Forwarded-Proto and
+# X-Forwarded-For): scripts/serve then believes X-Forwarded-For (the client address, which the sign-in and
+# sign-up limits count) from FORWARDED_ALLOW_IPS only, the loopback address unless it says otherwise, as
+# uvicorn does. "*" lets anyone who reaches the server name any address, and so get round those limits:
+# it is refused unless FORWARDED_ALLOW_ANY=true says the operator means it (a proxy that every request
+# passes and that sets the header itself, on a network no one else reaches).
+TRUST_PROXY_HEADERS = _bool("TRUST_PROXY_HEADERS", False)
+FORWARDED_ALLOW_IPS = _addresses("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+if TRUST_PROXY_HEADERS and "*" in FORWARDED_ALLOW_IPS and not _bool("FORWARDED_ALLOW_ANY", False):
+    raise ImproperlyConfigured(
+        "FORWARDED_ALLOW_IPS=* with TRUST_PROXY_HEADERS=true believes X-Forwarded-For from any address, so any "
+        "client can pose as any address and get round the sign-in limits. Name the proxy's addresses, or set "
+        "FORWARDED_ALLOW_ANY=true as well if only the proxy can reach this server.")
+
 # Production (DEBUG off; scripts/serve): static files collected and served by the app (WhiteNoise), with
-# hashed names cached for a year; cookies only over HTTPS; HSTS; plain HTTP redirected to HTTPS. Behind a
-# proxy that ends TLS, set TRUST_PROXY_HEADERS=true (it must set X-Forwarded-Proto and X-Forwarded-For).
+# hashed names cached for a year; cookies only over HTTPS; HSTS; plain HTTP redirected to HTTPS.
 if not DEBUG:
     MIDDLEWARE.insert(1, "whitenoise.middleware.WhiteNoiseMiddleware")
     STORAGES = {
@@ -284,7 +314,7 @@ if not DEBUG:
     SECURE_HSTS_SECONDS = _number("SECURE_HSTS_SECONDS", 31_536_000, int)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = _bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = _bool("SECURE_HSTS_PRELOAD", True)
-    if _bool("TRUST_PROXY_HEADERS", False):
+    if TRUST_PROXY_HEADERS:
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 LOGGING = {
@@ -311,6 +341,9 @@ CHAT_TITLE_RETRY_SECONDS = _number("CHAT_TITLE_RETRY_SECONDS", 1.0)
 CHAT_LEASE_GRACE_SECONDS = 1.0
 # The largest chat export (JSON) a user may import, in bytes.
 CHAT_IMPORT_MAX_BYTES = _number("CHAT_IMPORT_MAX_BYTES", 20_000_000, int, minimum=1)
+# The most chats one import may add, and the most chats a user may have (the trash's too) after one; 0: no limit.
+CHAT_IMPORT_MAX_CHATS = _number("CHAT_IMPORT_MAX_CHATS", 10_000, int)
+CHAT_MAX_CHATS_PER_USER = _number("CHAT_MAX_CHATS_PER_USER", 50_000, int)
 
 # Limits on every JSON that enters (sessions_core/limits.py, which has the same defaults); 0 turns one off.
 # Deepest nesting of arrays and objects: socket frames, state edits, imports, tool arguments and

@@ -127,6 +127,7 @@ def describe_change(change) -> dict:
         "run_id": run.run_id if run else None,
         "created_at": change.created_at,
         "ops": [describe_op(op, undo) for op, undo in zip(change.patch, _undo_steps(change), strict=True)],
+        "restores": change.restores,  # a move back to that version's state (a branch switch): no ops of its own
     }
 
 

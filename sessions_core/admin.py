@@ -102,11 +102,15 @@ class ChatSessionAdmin(RecordsAccess, admin.ModelAdmin):
 
     @admin.display(description="summary")
     def summary_text(self, session):
-        if not session.summary:
+        summary = session.summary
+        if not summary:
             return "-"
-        topics = ", ".join(session.summary.get("topics") or [])
-        return format_html("{}<br><small>Topics: {} · updated {}</small>", session.summary.get("summary", ""),
-                           topics or "-", session.summary.get("updated_at") or "-")
+        if not isinstance(summary, dict):  # whatever is stored is shown, as it is
+            return pretty_json(summary)
+        topics = summary.get("topics")
+        topics = ", ".join(str(topic) for topic in topics) if isinstance(topics, list) else topics
+        return format_html("{}<br><small>Topics: {} · updated {}</small>", summary.get("summary", ""),
+                           topics or "-", summary.get("updated_at") or "-")
 
     @admin.display(description="usage")
     def usage(self, session):
@@ -228,13 +232,18 @@ def _root_run_id(run: Run) -> str:
     return run.run_id
 
 
+def _duration(metrics) -> str:
+    duration = metrics.get("duration") if isinstance(metrics, dict) else None
+    return f" · {duration:.2f} s" if isinstance(duration, int | float) and duration else ""
+
+
 def _run_tree(by_parent: dict, parent_pk: int) -> str:
     children = by_parent.get(parent_pk, [])
     if not children:
         return ""
     items = format_html_join("", "<li><a href=\"{}\">{}</a> {} · {}{}{}</li>", (
         (reverse("admin:sessions_core_run_change", args=[child.pk]), child.step_name or child.run_id, child.kind,
-         child.status, f" · {child.metrics['duration']:.2f} s" if (child.metrics or {}).get("duration") else "",
+         child.status, _duration(child.metrics),
          _run_tree(by_parent, child.pk))
         for child in children))
     return format_html("<ul class=\"step-runs\">{}</ul>", items)

@@ -12,7 +12,9 @@ summaries and the chat history read the current branch only, so their queries st
 - `fork` copies the path up to a run into a new session of the same owner, with the state as of that run.
 
 Every state move is a recorded StateChange whose source says why (`branch:regenerate`, `branch:edit`,
-`branch:switch`, `fork`), so the timeline stays a truthful log.
+`branch:switch`, `fork`), so the timeline stays a truthful log. A move back to an earlier version's state
+(a regenerate, an edit, a switch) is recorded as a change that names that version (`restores`), not as a
+diff: switching back and forth between two branches writes a small row each time, however large the state.
 """
 
 from __future__ import annotations
@@ -77,8 +79,8 @@ def latest_leaf(run: Run, alias: str) -> Run:
 
 
 def _set_state(session: ChatSession, version: int, source: str, now=None) -> None:
-    """The session's state becomes the state it had at `version`, recorded as one change."""
-    session.apply_state_change(session.state_at(version), source, now=now)
+    """The session's state becomes the state it had at `version`, recorded as one change naming it."""
+    session.restore_state(version, source, now=now)
 
 
 def _follow_path(session: ChatSession, path: list[int], alias: str) -> None:

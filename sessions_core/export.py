@@ -4,6 +4,7 @@ and the JSON back again as new sessions of a user.
     for part in export_json(session): ...
     for part in export_markdown(session): ...
     sessions = import_json(data, user)  # raises ImportRefused, having written nothing
+    chats = read_import(data); sessions = store_import(chats, user)  # the same in two steps, written in batches
 
 A whole-account export (`export_all_json` given the user's memories) carries the user's memories too, each
 with its history, and its import restores them (`sessions.memories` counts those added).
@@ -18,14 +19,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from datetime import timezone as dt_timezone
 from typing import Annotated, Literal
 
 import pydantic
-from django.db import transaction
-from django.db.models import Prefetch
+from django.db import connection, transaction
+from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery
 from django.utils import timezone
 
 from . import limits
@@ -47,17 +50,24 @@ def _steps(prefix: str = "") -> Prefetch:
     return Prefetch(f"{prefix}children", queryset=Run.objects.order_by("pk"), to_attr="steps")
 
 
+def _top_level_runs(sessions, agents_only: bool):
+    """The top-level runs that have begun of `sessions` (a queryset's filter value), each with `shown` (its
+    messages but the system prompt, by seq) and, unless `agents_only`, `steps` (a workflow's step runs, a
+    team's member runs, and theirs)."""
+    runs = Run.objects.begun().filter(session__in=sessions, parent_run__isnull=True).select_related("follows").only(
+        *(f.name for f in Run._meta.concrete_fields), "follows__run_id")
+    prefetch = [_shown()]
+    if not agents_only:  # only then: an agent session's export stays at two queries a batch
+        prefetch += [_steps(), _shown("steps__"), _steps("steps__"), _shown("steps__steps__")]
+    return runs.prefetch_related(*prefetch)
+
+
 def _runs(session: ChatSession, current_branch: bool = False) -> Iterator[Run]:
-    """Top-level runs (of every branch, or of the current one), oldest first, each with `shown` (its messages
-    but the system prompt, by seq) and `steps` (a workflow's step runs, a team's member runs, and theirs)."""
-    runs = Run.objects.begun().filter(session=session, parent_run__isnull=True).select_related("follows").only(
-        *(f.name for f in Run._meta.concrete_fields), "follows__run_id").order_by("pk")
+    """The session's top-level runs (of every branch, or of the current one), oldest first, BATCH_RUNS at a time."""
+    runs = _top_level_runs([session.pk], agents_only=session.kind == "agent").order_by("pk")
     if current_branch:
         runs = runs.filter(abandoned=False)
-    prefetch = [_shown()]
-    if session.kind != "agent":  # only then: an agent session's export stays at two queries a batch
-        prefetch += [_steps(), _shown("steps__"), _steps("steps__"), _shown("steps__steps__")]
-    return runs.prefetch_related(*prefetch).iterator(chunk_size=BATCH_RUNS)
+    return runs.iterator(chunk_size=BATCH_RUNS)
 
 
 def _time(value: datetime | None) -> str | None:
@@ -104,23 +114,41 @@ def session_header(session: ChatSession) -> dict:
 
 def export_json(session: ChatSession) -> Iterator[str]:
     """The session as one JSON object: its header, then `runs` (each with its messages), oldest first."""
+    return _session_json(session, _runs(session))
+
+
+def _session_json(session: ChatSession, runs: Iterable[Run]) -> Iterator[str]:
     header = json.dumps({"format": "sessions_core.session", "version": FORMAT_VERSION, **session_header(session)},
                         ensure_ascii=False)
     yield header[:-1] + ', "runs": ['
-    for number, run in enumerate(_runs(session)):
+    for number, run in enumerate(runs):
         yield ("," if number else "") + json.dumps(_run(run), ensure_ascii=False)
     yield "]}"
 
 
-def export_all_json(sessions: Iterable[ChatSession], username: str, now: datetime, user=None) -> Iterator[str]:
-    """Several sessions (a user's) as one JSON object: `{"user", "exported_at", "sessions": [...]}`; given
-    the `user`, their memories follow (`"memories": [...]`, each with its `history`)."""
+EXPORT_CHATS_PER_READ = 100  # sessions read at a time by an export of several
+
+
+def export_all_json(sessions: QuerySet[ChatSession], username: str, now: datetime, user=None) -> Iterator[str]:
+    """Several sessions (a user's: `sessions` is scoped to them) as one JSON object, in the queryset's order:
+    `{"user", "exported_at", "sessions": [...]}`; given the `user`, their memories follow (`"memories": [...]`,
+    each with its `history`).
+
+    Read a group at a time, with no cursor left open between them: the sessions' ids first, then
+    EXPORT_CHATS_PER_READ sessions per query and the runs of as many of them as hold BATCH_RUNS runs in one
+    query with their messages (a session of more runs streams on its own, a batch at a time). So 20,000
+    one-run chats cost a few hundred queries, and a slow download holds no transaction open."""
     yield json.dumps({"format": "sessions_core.export", "version": FORMAT_VERSION, "user": username,
                       "exported_at": now.isoformat()}, ensure_ascii=False)[:-1] + ', "sessions": ['
-    for number, session in enumerate(sessions):
-        if number:
-            yield ","
-        yield from export_json(session)
+    ids = list(sessions.values_list("pk", flat=True))
+    number = 0
+    for start in range(0, len(ids), EXPORT_CHATS_PER_READ):
+        chunk = ids[start:start + EXPORT_CHATS_PER_READ]
+        found = sessions.filter(pk__in=chunk).in_bulk()  # a session deleted since is left out
+        for group in _groups([found[pk] for pk in chunk if pk in found]):
+            for session, runs in group:
+                yield ("," if number else "") + "".join(_session_json(session, runs))
+                number += 1
     if user is None:
         yield "]}"
         return
@@ -138,6 +166,27 @@ def _memories(user) -> list[dict]:
                           "source": change.source, "run_id": change.run_id, "created_at": _time(change.created_at)}
                          for change in history.get(memory.memory_id, [])]}
             for memory in listed]
+
+
+def _groups(sessions: list[ChatSession]) -> Iterator[list[tuple[ChatSession, Iterable[Run]]]]:
+    """The sessions with their runs, in groups whose runs are read in one query (about BATCH_RUNS runs)."""
+    counts = dict(Run.objects.begun().filter(session__in=sessions, parent_run__isnull=True)
+                  .values_list("session").annotate(Count("pk")).order_by())
+    group, total = [], 0
+    for session in sessions + [None]:
+        size = counts.get(session.pk, 0) if session else 0
+        if group and (session is None or total + size > BATCH_RUNS):
+            runs_by_session = defaultdict(list)
+            for run in _top_level_runs([member.pk for member in group],
+                                       agents_only=all(member.kind == "agent" for member in group)).order_by("pk"):
+                runs_by_session[run.session_id].append(run)
+            yield [(member, runs_by_session[member.pk]) for member in group]
+            group, total = [], 0
+        if session is not None and size > BATCH_RUNS:
+            yield [(session, _runs(session))]
+        elif session is not None:
+            group.append(session)
+            total += size
 
 
 def export_markdown(session: ChatSession, assistant_name: str = "") -> Iterator[str]:
@@ -202,14 +251,46 @@ class ImportRefused(ValueError):
     """The document is not one this module wrote (or it is damaged): says where, and nothing is stored."""
 
 
+# The same bounds as the engine's own writes: counts (tokens, model calls) are whole numbers, durations
+# seconds; times are ISO dates a database stores on every backend.
+MAX_COUNT = 10**12 - 1
+MAX_SECONDS = 10.0**9
+EARLIEST = datetime(1970, 1, 1, tzinfo=dt_timezone.utc)
+LATEST = datetime(9000, 1, 1, tzinfo=dt_timezone.utc)
+
+
+def _in_range(value: datetime) -> datetime:
+    """A time from the document, aware (one without a zone is taken as UTC) and between EARLIEST and LATEST."""
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, dt_timezone.utc)
+    try:
+        in_utc = value.astimezone(dt_timezone.utc)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is before the year 1 in UTC
+        in_utc = None
+    if in_utc is None or not EARLIEST <= in_utc < LATEST:
+        raise ValueError(f"a time between {EARLIEST:%Y} and {LATEST:%Y} is expected")
+    return value
+
+
+_Time = Annotated[datetime, pydantic.AfterValidator(_in_range)]
+_Metric = (Annotated[pydantic.StrictInt, pydantic.Field(ge=0, le=MAX_COUNT)]
+           | Annotated[pydantic.StrictFloat, pydantic.Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)])
+
+
+class _ToolCallIn(pydantic.BaseModel):
+    id: str
+    name: str
+    arguments: str
+
+
 class _MessageIn(pydantic.BaseModel):
     role: Literal["user", "assistant", "tool"]
     content: str = ""
-    tool_calls: list[dict] | None = None
+    tool_calls: list[_ToolCallIn] | None = None
     tool_call_id: str = ""
     tool_name: str = ""
     tool_error: bool = False
-    created_at: datetime | None = None
+    created_at: _Time | None = None
 
 
 class _RunIn(pydantic.BaseModel):
@@ -221,9 +302,9 @@ class _RunIn(pydantic.BaseModel):
     content: str | None = None
     error: str = ""
     model: str = ""
-    created_at: datetime | None = None
-    finished_at: datetime | None = None
-    metrics: dict = {}
+    created_at: _Time | None = None
+    finished_at: _Time | None = None
+    metrics: dict[str, _Metric] = {}
     requirements: list[dict] | None = None
     messages: list[_MessageIn] = []
     steps: list[_RunIn] = []  # a workflow's steps, a team's members
@@ -232,16 +313,22 @@ class _RunIn(pydantic.BaseModel):
     abandoned: bool = False
 
 
+class _SummaryIn(pydantic.BaseModel):
+    summary: str
+    topics: list[str] = []
+    updated_at: _Time | None = None
+
+
 class _SessionIn(pydantic.BaseModel):
     format: Literal["sessions_core.session"]
     version: Literal[1]
     name: str = ""
     assistant: str = ""
     kind: SessionKind = SessionKind.AGENT
-    created_at: datetime | None = None
-    last_activity_at: datetime | None = None
+    created_at: _Time | None = None
+    last_activity_at: _Time | None = None
     session_state: dict = {}
-    summary: dict | None = None
+    summary: _SummaryIn | None = None
     metadata: dict = {}
     runs: list[_RunIn] = []
 
@@ -261,22 +348,34 @@ class _ExportIn(pydantic.BaseModel):
 
 
 class Imported(list):
-    """The sessions an import made, and how many memories it added (`memories`)."""
+    """The sessions an import made, and how many memories it added (`memories`); as `read_import` returns
+    it, the chats to store, and the document's memories."""
 
     memories = 0
 
 
 _DOCUMENT = pydantic.TypeAdapter(Annotated[_ExportIn | _SessionIn, pydantic.Field(discriminator="format")])
+ImportedSession = _SessionIn  # a chat of a document `read_import` checked, to store with `store_import`
+
+# An import is written a batch of chats at a time, each batch its own transaction of about this many rows
+# (a chat, its runs and their messages), so no other writer waits long for the database.
+IMPORT_BATCH_ROWS = 250
+# Between two batches an import pauses as long as the batch took, so it takes at most half of its process's
+# time and other users' requests there do not queue behind it for the interpreter's lock. On SQLite, whose
+# one writer at a time is the whole database, the pause is at least this long (more than a writer that
+# waited a batch's length sleeps between two tries), so other users' writes get their turn.
+SQLITE_PAUSE_SECONDS = 0.1
 
 
-def import_json(data: bytes | str, user) -> list[ChatSession]:
-    """New sessions of `user` from a document `export_json` or `export_all_json` wrote, in one
-    transaction: all of them, or none and ImportRefused saying why.
+def import_json(data: bytes | str, user, on_batch: Callable[[int, int], None] | None = None) -> list[ChatSession]:
+    """New sessions of `user` from a document `export_json` or `export_all_json` wrote: `read_import`, then
+    `store_import`. All of them, or none and ImportRefused saying why."""
+    return store_import(read_import(data), user, on_batch=on_batch)
 
-    Every session, run and message gets a new id (a document cannot reach another user's rows or
-    collide with any), the state becomes version 1 (its change recorded as "import"), runs that were
-    still running count as interrupted, and text goes through `storable`.
-    """
+
+def read_import(data: bytes | str) -> list[ImportedSession]:
+    """The chats of a document `export_json` or `export_all_json` wrote, every field checked by type and range
+    (and each state against CHAT_MAX_STATE_BYTES); ImportRefused, saying where, for anything else. Writes nothing."""
     try:  # deeper than CHAT_MAX_JSON_DEPTH: refused before the (recursive) parser sees it
         limits.check_depth(data, "The file")
     except limits.LimitExceeded as exc:
@@ -292,11 +391,67 @@ def import_json(data: bytes | str, user) -> list[ChatSession]:
         where = " → ".join(str(part) for part in error["loc"][1:]) or "the document"
         raise ImportRefused(f"Not a chat export this app wrote: {where}: {error['msg']}.") from None
     sessions = document.sessions if isinstance(document, _ExportIn) else [document]
-    with transaction.atomic():
-        imported = Imported(_import_session(session, user) for session in sessions)
-        if isinstance(document, _ExportIn):
-            imported.memories = _import_memories(document.memories, user)
+    for session in sessions:
+        session.session_state = storable_tree(session.session_state)
+        try:
+            state_module.dumps(session.session_state)  # over CHAT_MAX_STATE_BYTES: the whole import is refused
+        except state_module.StateLimitError as exc:
+            raise ImportRefused(f"The chat “{_line(session.name) or 'untitled'}”: {exc}") from None
+    chats = Imported(sessions)
+    chats.memories = document.memories if isinstance(document, _ExportIn) else []
+    return chats
+
+
+def store_import(sessions: list[ImportedSession], user,
+                 on_batch: Callable[[int, int], None] | None = None) -> list[ChatSession]:
+    """The chats `read_import` returned as new sessions of `user`, a batch at a time (IMPORT_BATCH_ROWS),
+    each batch committed on its own; `on_batch(stored, total)` after each. Should a write fail, the chats
+    already stored are deleted again and the error raised: the import is whole or not at all.
+
+    Every session, run and message gets a new id (a document cannot reach another user's rows or
+    collide with any), the state becomes version 1 (its change recorded as "import"), runs that were
+    still running count as interrupted, and text goes through `storable`.
+    """
+    stored: list[ChatSession] = []
+    imported = Imported()
+    try:
+        for batch in _batches(sessions):
+            began = time.monotonic()
+            with transaction.atomic():
+                stored += _import_batch(batch, user)
+            if on_batch is not None:
+                on_batch(len(stored), len(sessions))
+            if len(stored) < len(sessions):
+                least = SQLITE_PAUSE_SECONDS if connection.vendor == "sqlite" else 0
+                time.sleep(max(least, time.monotonic() - began))
+        if getattr(sessions, "memories", None):  # a whole-account export's
+            with transaction.atomic():
+                imported.memories = _import_memories(sessions.memories, user)
+    except BaseException:
+        for start in range(0, len(stored), 100):
+            with transaction.atomic():
+                ChatSession.objects.filter(pk__in=[session.pk for session in stored[start:start + 100]]).delete()
+        raise
+    imported.extend(stored)
     return imported
+
+
+def _batches(sessions: list[ImportedSession]) -> Iterator[list[ImportedSession]]:
+    """The chats in groups of about IMPORT_BATCH_ROWS rows (a chat larger than that is a batch of its own)."""
+    batch, rows = [], 0
+    for session in sessions:
+        size = 1 + _rows(session.runs)
+        if batch and rows + size > IMPORT_BATCH_ROWS:
+            yield batch
+            batch, rows = [], 0
+        batch.append(session)
+        rows += size
+    if batch:
+        yield batch
+
+
+def _rows(runs: list[_RunIn]) -> int:
+    return sum(1 + len(run.messages) + _rows(run.steps) for run in runs)
 
 
 def _import_memories(memories: list[_MemoryIn], user) -> int:
@@ -324,63 +479,75 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not a JSON value")
 
 
-def _import_session(data: _SessionIn, user) -> ChatSession:
+def _import_batch(batch: list[_SessionIn], user) -> list[ChatSession]:
+    """One batch of chats as new sessions of `user`: a bulk insert per table (and per level of steps)."""
     now = timezone.now()
-    name = storable(_line(data.name))[:200]
-    session = ChatSession.objects.new(
-        owner=user, component_id=storable(data.assistant)[:128], kind=data.kind, metadata=storable_tree(data.metadata),
-        name=name, name_source=NameSource.USER if name else NameSource.NONE,
-        summary=data.summary and storable_tree(data.summary), created_at=_aware(data.created_at) or now,
-        last_activity_at=_aware(data.last_activity_at or data.created_at) or now,
-    )
-    state = storable_tree(data.session_state)
-    try:
-        state_module.dumps(state)  # over CHAT_MAX_STATE_BYTES: the whole import is refused
-    except state_module.StateLimitError as exc:
-        raise ImportRefused(f"The chat “{name or 'untitled'}”: {exc}") from None
-    if state:
-        patch, inverse = state_module.diff({}, state)
-        StateChange.objects.create(session=session, version=1, patch=patch, inverse=inverse, source="import",
-                                   created_at=now)
-        session.session_state, session.state_version = state, 1
+    sessions = ChatSession.objects.bulk_create([_imported_session(data, user, now) for data in batch])
+    StateChange.objects.bulk_create([  # the state becomes version 1, recorded as "import"
+        StateChange(session=session, version=1, patch=patch, inverse=inverse, source="import", created_at=now)
+        for session in sessions if session.session_state
+        for patch, inverse in [state_module.diff({}, session.session_state)]])
     messages: list[Message] = []
-    level: list[tuple[_RunIn, Run | None]] = [(run, None) for run in data.runs]
-    seq, top_level = 0, None
+    seq = dict.fromkeys((session.pk for session in sessions), 0)
+    level = [(run, None, session) for data, session in zip(batch, sessions, strict=True) for run in data.runs]
+    top_level = None
     while level:  # the top-level runs, then their steps, then theirs: a bulk insert per level
-        stored_level = Run.objects.bulk_create(_imported_run(session, run, parent, now) for run, parent in level)
+        stored_level = Run.objects.bulk_create(_imported_run(session, run, parent, now) for run, parent, session in level)
         if top_level is None:
-            top_level = list(zip(data.runs, stored_level, strict=True))
-        for (run, _), stored in zip(level, stored_level, strict=True):
+            top_level = [(run, stored, session) for (run, _, session), stored in zip(level, stored_level, strict=True)]
+        for (run, _, session), stored in zip(level, stored_level, strict=True):
             for message in run.messages:
-                seq += 1
+                seq[session.pk] += 1
                 messages.append(Message(
-                    session=session, run=stored, seq=seq, role=message.role, content=storable(message.content),
-                    tool_calls=message.tool_calls and storable_tree(message.tool_calls),
+                    session=session, run=stored, seq=seq[session.pk], role=message.role,
+                    content=storable(message.content),
+                    tool_calls=message.tool_calls and [storable_tree(call.model_dump()) for call in message.tool_calls],
                     tool_call_id=storable(message.tool_call_id)[:TOOL_FIELD_CHARS],
                     tool_name=storable(message.tool_name)[:TOOL_FIELD_CHARS], tool_error=message.tool_error,
-                    created_at=_aware(message.created_at) or stored.created_at,
+                    created_at=message.created_at or stored.created_at,
                 ))
-        level = [(step, stored) for (run, _), stored in zip(level, stored_level, strict=True) for step in run.steps]
-    _link_branches(session, top_level or [])
+        level = [(step, stored, session)
+                 for (run, _, session), stored in zip(level, stored_level, strict=True) for step in run.steps]
+    _link_branches(top_level or [])
     Message.objects.bulk_create(messages, batch_size=500)
-    session.last_seq = seq
-    session.save(update_fields=["session_state", "state_version", "last_seq"])
-    return session
+    return sessions
 
 
-def _link_branches(session: ChatSession, runs: list[tuple[_RunIn, Run]]) -> None:
-    """The imported runs' tree: each follows the run its `follows` names (a document without branches, the
-    one before it), and the session's leaf is the last run of the current branch."""
-    by_old_id = {run.run_id: stored for run, stored in runs if run.run_id}
-    previous = None
-    for run, stored in runs:
-        follows = by_old_id.get(run.follows) if run.follows else (None if run.run_id else previous)
-        stored.follows, stored.abandoned = follows, run.abandoned
-        previous = stored
-    Run.objects.bulk_update([stored for _, stored in runs], ["follows", "abandoned"], batch_size=500)
-    current = [stored for run, stored in runs if not run.abandoned]
-    session.current_leaf = current[-1] if current else None
-    ChatSession.objects.filter(pk=session.pk).update(current_leaf=session.current_leaf)
+def _imported_session(data: _SessionIn, user, now) -> ChatSession:
+    name = storable(_line(data.name))[:200]
+    state = data.session_state  # storable, and within CHAT_MAX_STATE_BYTES (`read_import`)
+    return ChatSession.objects.build(
+        owner=user, component_id=storable(data.assistant)[:128], kind=data.kind, metadata=storable_tree(data.metadata),
+        name=name, name_source=NameSource.USER if name else NameSource.NONE,
+        summary=data.summary and storable_tree(data.summary.model_dump(mode="json")), created_at=data.created_at or now,
+        last_activity_at=data.last_activity_at or data.created_at or now,
+        session_state=state, state_version=1 if state else 0, last_seq=_messages(data.runs))
+
+
+def _messages(runs: list[_RunIn]) -> int:
+    return sum(len(run.messages) + _messages(run.steps) for run in runs)
+
+
+def _link_branches(runs: list[tuple[_RunIn, Run, ChatSession]]) -> None:
+    """The imported runs' trees: each follows the run its `follows` names (a document without branches, the
+    one before it), and each session's leaf is the last run of its current branch (the newest one kept)."""
+    by_old_id, previous, following = {}, {}, []
+    for run, stored, session in runs:
+        if run.run_id:
+            by_old_id[session.pk, run.run_id] = stored
+        if run.follows:
+            follows = by_old_id.get((session.pk, run.follows))
+        else:
+            follows = None if run.run_id else previous.get(session.pk)
+        if follows is not None:
+            stored.follows = follows
+            following.append(stored)
+        previous[session.pk] = stored
+        if not run.abandoned:
+            session.current_leaf = stored
+    Run.objects.bulk_update(following, ["follows"], batch_size=500)
+    kept = Run.objects.filter(session=OuterRef("pk"), parent_run__isnull=True, abandoned=False).order_by("-pk")
+    ChatSession.objects.filter(pk__in=previous).update(current_leaf=Subquery(kept.values("pk")[:1]))
 
 
 def _imported_run(session: ChatSession, run: _RunIn, parent: Run | None, now) -> Run:
@@ -391,9 +558,10 @@ def _imported_run(session: ChatSession, run: _RunIn, parent: Run | None, now) ->
         input=storable(run.input if run.input is not None else _first_user_text(run)),
         content=storable(run.content if run.content is not None else _reply_text(run)),
         error=storable(run.error), model_id=storable(run.model)[:128], metrics=storable_tree(run.metrics),
+        abandoned=run.abandoned and parent is None,
         requirements=_imported_requirements(run.requirements),
-        created_at=_aware(run.created_at) or now,
-        finished_at=None if run.status == RunStatus.PAUSED else _aware(run.finished_at or run.created_at) or now)
+        created_at=run.created_at or now,
+        finished_at=None if run.status == RunStatus.PAUSED else run.finished_at or run.created_at or now)
 
 
 def _imported_requirements(requirements: list[dict] | None) -> list[dict] | None:

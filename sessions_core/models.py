@@ -10,7 +10,7 @@ import uuid
 import jsonpatch
 from django.conf import settings
 from django.db import models
-from django.db.models import Count, Q, Sum
+from django.db.models import Case, Count, F, Q, Sum, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
@@ -155,14 +155,43 @@ class ChatSession(models.Model):
             self.save(update_fields=["session_state", "state_version"])
         return self.session_state
 
+    def restore_state(self, version: int, source: str, now=None) -> dict:
+        """Set this (locked) row's state back to what it was at `version`, recorded as one change that names
+        that version instead of holding a diff: a switch back and forth between two branches writes a small
+        row each time, however large the state. The stored state."""
+        state = self.state_at(version)
+        if state != self.session_state:
+            # A change that itself restored a version names that one: a chain of switches stays one step deep.
+            restores = self.state_changes.filter(version=version).values_list("restores", flat=True).first()
+            self.state_version += 1
+            StateChange.objects.using(self._state.db).create(
+                session=self, version=self.state_version, patch=[], inverse=[], source=source,
+                restores=version if restores is None else restores, created_at=now or timezone.now())
+            self.session_state = state
+            self.save(update_fields=["session_state", "state_version"])
+        return self.session_state
+
     def state_at(self, version: int) -> dict:
-        """The state as it was at `version`, rebuilt by undoing later changes."""
+        """The state as it was at `version`: rebuilt by undoing later changes, or, past a change that restored
+        an earlier version (it holds no diff to undo), built up to `version` from below."""
         if not 0 <= version <= self.state_version:
             raise ValueError(f"Version {version} does not exist (latest is {self.state_version}).")
         state = self.session_state
         changes = self.state_changes.filter(version__gt=version).order_by("-version")
-        for change in changes.only("inverse"):
+        for change in changes.only("inverse", "restores"):
+            if change.restores is not None:
+                return self._state_built_up_to(version)
             state = jsonpatch.apply_patch(state, change.inverse)
+        return state
+
+    def _state_built_up_to(self, version: int) -> dict:
+        """The state at `version` from the newest change at or before it that restored a version (the state of
+        that version) or else from the empty state of version 0, with the patches of the changes after it."""
+        changes = self.state_changes.filter(version__lte=version)
+        base = changes.filter(restores__isnull=False).order_by("-version").only("version", "restores").first()
+        state, start = (self.state_at(base.restores), base.version) if base else ({}, 0)
+        for change in changes.filter(version__gt=start).order_by("version").only("patch"):
+            state = jsonpatch.apply_patch(state, change.patch)
         return state
 
 
@@ -208,8 +237,11 @@ class RunQuerySet(models.QuerySet):
 
 
 def _metric(key: str):
-    """A run's metrics[key] as a number, for sums (NULL where a run has none)."""
-    return Cast(KT(f"metrics__{key}"), models.BigIntegerField())
+    """A run's metrics[key] as a number, for sums: NULL where a run has none, or has anything but a whole
+    number of at most 12 digits (the engine's own counts; an import allows no more), so a sum neither
+    overflows nor fails on a value stored by other means."""
+    counted = Q(**{f"metrics__{key}__regex": r"^[0-9]{1,12}$"})
+    return Case(When(counted, then=Cast(KT(f"metrics__{key}"), models.BigIntegerField())), default=None)
 
 
 USAGE_SUMS = {**{key: Coalesce(Sum(_metric(key)), 0) for key in ("input_tokens", "output_tokens")},
@@ -314,6 +346,10 @@ class StateChange(models.Model):
     patch = models.JSONField(help_text="RFC 6902 JSON Patch from the previous version to this one.")
     inverse = models.JSONField(help_text="RFC 6902 JSON Patch back to the previous version.")
     source = models.CharField(max_length=128, help_text="tool:<name>, agentic, run_input, defaults, manual, admin.")
+    restores = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="A change back to an earlier version's state (a branch switch): that version. Its patch and "
+                  "inverse are then empty.")
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = StateChangeQuerySet.as_manager()
@@ -322,6 +358,8 @@ class StateChange(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["session", "version"], name="statechange_session_version_uniq"),
             models.CheckConstraint(condition=~Q(version=0), name="statechange_version_positive"),
+            models.CheckConstraint(condition=Q(restores__isnull=True) | Q(restores__lt=F("version")),
+                                   name="statechange_restores_earlier"),
         ]
         ordering = ["version"]
 

@@ -43,13 +43,20 @@ class SessionSummary:
 
     @classmethod
     def from_dict(cls, data: dict | None) -> SessionSummary | None:
-        if not data or not data.get("summary"):
+        """The summary stored on a session, whatever was stored (a damaged value reads as text, or as none)."""
+        if not isinstance(data, dict) or not data.get("summary"):
             return None
-        updated = data.get("updated_at")
-        return cls(
-            summary=data["summary"], topics=list(data.get("topics") or []),
-            updated_at=datetime.fromisoformat(updated) if updated else None,
-        )
+        topics = data.get("topics")
+        return cls(summary=str(data["summary"]),
+                   topics=[str(topic) for topic in topics] if isinstance(topics, list) else [],
+                   updated_at=_time(data.get("updated_at")))
+
+
+def _time(value) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+    except ValueError:
+        return None
 
 
 class SessionSummaryManager:

@@ -40,8 +40,10 @@ class Server(ServerProcess):
         return Path(self.log.name).read_text()
 
     def request(self, method: str, path: str, headers: dict | None = None,
-                body: str | None = None) -> tuple[int, dict, str]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+                body: str | None = None, source: str = "") -> tuple[int, dict, str]:
+        """`source`: the loopback address to send from (127.0.0.2 is a client that is not the proxy)."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10,
+                                                source_address=(source, 0) if source else None)
         connection.request(method, path, body=body, headers={"Host": "127.0.0.1", **(headers or {})})
         response = connection.getresponse()
         text = response.read().decode("utf-8", "replace")
@@ -51,9 +53,10 @@ class Server(ServerProcess):
     def get(self, path: str, headers: dict | None = None) -> tuple[int, dict, str]:
         return self.request("GET", path, headers)
 
-    def post_form(self, path: str, fields: dict[str, str], cookies: dict[str, str]) -> tuple[int, dict, str]:
+    def post_form(self, path: str, fields: dict[str, str], cookies: dict[str, str],
+                  extra: dict | None = None, source: str = "") -> tuple[int, dict, str]:
         """A form posted as a browser behind the TLS proxy would: the CSRF cookie and token of the form's
-        page (fetched first), the page as the referrer."""
+        page (fetched first), the page as the referrer; `extra` headers on the POST, sent from `source`."""
         status, headers, page = self.get(path, {**HTTPS, **_cookie_header(cookies)})
         assert status == 200, page
         cookies.update(_set_cookies(headers))
@@ -61,7 +64,7 @@ class Server(ServerProcess):
         body = urlencode({"csrfmiddlewaretoken": token, **fields})
         status, headers, text = self.request("POST", path, {
             **HTTPS, **_cookie_header(cookies), "Content-Type": "application/x-www-form-urlencoded",
-            "Origin": "https://127.0.0.1", "Referer": f"https://127.0.0.1{path}"}, body)
+            "Origin": "https://127.0.0.1", "Referer": f"https://127.0.0.1{path}", **(extra or {})}, body, source)
         cookies.update(_set_cookies(headers))
         return status, headers, text
 

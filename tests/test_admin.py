@@ -191,3 +191,32 @@ def test_the_transcript_names_each_step_message_by_its_step_under_its_turn(admin
     assert [(seq, bool(step)) for seq, step, _ in rows] == [("1", False), ("2", True), ("3", True)]
     assert rows[0][2].startswith(turn.run_id[:8])
     assert "agent <strong>Shopping assistant</strong> of " + turn.run_id[:8] in rows[1][2]
+
+
+@pytest.mark.parametrize(("metrics", "summary"), [
+    ({"input_tokens": 9223372036854775807, "output_tokens": -2, "duration": "slow"},
+     {"summary": "s", "topics": [1, 2, None], "updated_at": "not a date"}),
+    ({"input_tokens": "lots", "output_tokens": 1.5, "duration": [1]}, ["not", "a", "summary"]),
+])
+def test_admin_pages_show_whatever_is_stored(admin_client_logged_in, client, metrics, summary):
+    """Values no engine write makes (stored by other means) are shown as they are, and left out of the sums."""
+    from sessions_core.models import Run
+
+    bob = make_user("bob")
+    session = make_session(bob, name="Odd", summary=summary)
+    run = make_run(session)
+    Run.objects.filter(pk=run.pk).update(metrics=metrics)
+    make_run(session, parent_run=run, step_name="step")
+    Run.objects.filter(parent_run=run).update(metrics=metrics)
+    counted = make_run(session)
+    Run.objects.filter(pk=counted.pk).update(metrics={"input_tokens": 5, "output_tokens": 3})
+    for url in (reverse("admin:sessions_core_chatsession_change", args=[session.pk]),
+                reverse("admin:sessions_core_chatsession_transcript", args=[session.pk]),
+                reverse("admin:sessions_core_run_change", args=[run.pk]),
+                reverse("admin:sessions_core_chatsession_usage")):
+        assert admin_client_logged_in.get(url).status_code == 200, url
+    [row] = admin_client_logged_in.get(reverse("admin:sessions_core_chatsession_usage")).context["rows"]
+    assert (row["input_tokens"], row["output_tokens"]) == (5, 3)
+    client.force_login(bob)
+    assert client.get(reverse("chat:session", args=[session.session_id])).status_code == 200
+    assert client.get(reverse("chat:index")).status_code in (200, 302)

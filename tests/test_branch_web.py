@@ -71,6 +71,8 @@ class BranchWebTests(LiveTestMixin, TransactionTestCase):
         assert timeline.count('title="branch:switch">version switch<') == 1
         assert "branch:regenerate" not in timeline and "branch:edit" not in timeline
         assert "bread" not in timeline.split('title="branch:switch"')[1]  # the abandoned edit's change
+        switch = await StateChange.objects.filter(source="branch:switch").aget()
+        assert switch.restores is not None and f"the state as of <a href=\"/s/{self.session.session_id}/state/v{switch.restores}/\"" in frames[-1]
         await settle()
 
         client = Client()

@@ -106,6 +106,35 @@ class TestTree(BranchTestCase):
         assert self.state() == {"shopping_list": ["milk", "eggs", "jam"]}
         assert Run.objects.get(input="add jam").follows_id == Run.objects.get(run_id=eggs.run_id).pk
 
+    def test_a_switch_back_and_forth_names_the_version_it_returns_to_and_copies_no_state(self):
+        big = [f"item {number} " + "x" * 50 for number in range(300)]  # a state of about 20 KB
+        self.shop.run("add milk", session_id="s", session_state={"shopping_list": big})
+        eggs = self.shop.run("add eggs", session_id="s")
+        bread = self.shop.edit_and_rerun(eggs.run_id, "add bread", session_id="s")
+        states = {}  # the state at each version, as the session had it
+        for _ in range(5):
+            for run in (eggs, bread):
+                self.shop.set_current_branch(run.run_id, session_id="s")
+                session = ChatSession.objects.get()
+                states[session.state_version] = session.session_state
+        switches = list(StateChange.objects.filter(source="branch:switch").order_by("version"))
+        assert len(switches) == 10
+        eggs_version, bread_version = (Run.objects.get(run_id=run.run_id).state_version for run in (eggs, bread))
+        assert [(change.patch, change.inverse) for change in switches] == [([], [])] * 10
+        assert [change.restores for change in switches] == [eggs_version, bread_version] * 5
+        assert self.state()["shopping_list"][-1] == "bread"
+        # Every version still reads as it was, the restored ones and the ones before them.
+        session = ChatSession.objects.get()
+        for version, state in states.items():
+            assert session.state_at(version) == state
+        assert session.state_at(eggs_version)["shopping_list"][-2:] == ["milk", "eggs"]
+        assert session.state_at(bread_version - 2)["shopping_list"][-1] == "eggs"  # before the edit's restore
+        assert session.state_at(0) == {}
+        # The next run goes on from the restored state, and the timeline names the version restored.
+        self.shop.run("add jam", session_id="s")
+        assert self.state()["shopping_list"][-2:] == ["bread", "jam"]
+        assert ChatSession.objects.get().state_at(switches[-1].version) == states[switches[-1].version]
+
     def test_switching_to_an_earlier_run_goes_to_its_newest_leaf(self):
         milk = self.shop.run("add milk", session_id="s")
         eggs = self.shop.run("add eggs", session_id="s")

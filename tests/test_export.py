@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from datetime import timedelta
@@ -120,6 +121,33 @@ def test_the_export_reads_the_runs_in_batches_whatever_their_number(runs, django
         markdown = "".join(export.export_markdown(session))
     assert len(json.loads("".join(json_parts))["runs"]) == runs
     assert markdown.count("**You**") == runs and f"answer {runs - 1}" in markdown
+
+
+def test_an_export_of_many_chats_reads_them_a_group_at_a_time(monkeypatch, django_assert_max_num_queries):
+    alice = make_user("alice")
+    monkeypatch.setattr(export, "BATCH_RUNS", 5)
+    monkeypatch.setattr(export, "EXPORT_CHATS_PER_READ", 10)
+    chats = []
+    for number in range(30):
+        chats.append(make_session(alice, name=f"Chat {number}"))
+        make_run(chats[-1], f"question {number}", f"answer {number}")
+    long = make_session(alice, name="Long")  # more runs than a batch: read on its own
+    for number in range(7):
+        make_run(long, f"long question {number}", "answer")
+    make_session(alice, name="Empty")
+    workflow = make_session(alice, name="Flow", kind="workflow")
+    make_run(workflow, parent_run=make_run(workflow, "go", "done"), step_name="Tally", user_text="", reply="3 items")
+    sessions = ChatSession.objects.for_user(alice).order_by("-pk")
+    # The ids, then per ten chats: the chats, their run counts, and per group of five runs the runs and
+    # their messages; not a query per chat.
+    with django_assert_max_num_queries(1 + 4 * (2 + 7) + 3):  # and the workflow's steps
+        document = json.loads("".join(export.export_all_json(sessions, "alice", timezone.now())))
+    one_by_one = [json.loads("".join(export.export_json(session))) for session in sessions]
+    assert [chat["name"] for chat in document["sessions"]] == [
+        "Flow", "Empty", "Long", *(f"Chat {n}" for n in range(29, -1, -1))]
+    assert document["sessions"][0]["runs"][0]["steps"][0]["content"] == "3 items"
+    assert document["sessions"] == one_by_one
+    assert len(document["sessions"][2]["runs"]) == 7
 
 
 # -- import ------------------------------------------------------------------------------------------
@@ -243,23 +271,30 @@ def test_the_import_needs_the_csrf_token(alice_chat):
     assert ChatSession.objects.count() == 1
 
 
+def failing_insert(table: str, number: int):
+    """A connection's execute wrapper: the `number`th INSERT into `table` fails as a full disk would."""
+    from django.db import DatabaseError
+
+    inserts = []
+
+    def refuse(execute, sql, params, many, context):
+        if sql.startswith(f'INSERT INTO "{table}"'):
+            inserts.append(sql)
+            if len(inserts) == number:
+                raise DatabaseError("disk full")
+        return execute(sql, params, many, context)
+
+    return refuse
+
+
 def test_a_write_that_fails_half_way_leaves_no_chat_behind(alice_chat):
     from django.db import DatabaseError, connection
 
     alice, session = alice_chat
     one = json.loads(exported(session))
     body = json.dumps({"format": "sessions_core.export", "version": 1, "sessions": [one, one]})
-    inserts = []
-
-    def refuse_the_second_chats_messages(execute, sql, params, many, context):
-        if sql.startswith('INSERT INTO "sessions_core_message"'):
-            inserts.append(sql)
-            if len(inserts) == 2:
-                raise DatabaseError("disk full")
-        return execute(sql, params, many, context)
-
     before = (ChatSession.objects.count(), Run.objects.count(), Message.objects.count())
-    with connection.execute_wrapper(refuse_the_second_chats_messages), pytest.raises(DatabaseError):
+    with connection.execute_wrapper(failing_insert("sessions_core_message", 1)), pytest.raises(DatabaseError):
         export.import_json(body, alice)
     assert (ChatSession.objects.count(), Run.objects.count(), Message.objects.count()) == before
 
@@ -275,3 +310,146 @@ def test_times_without_a_zone_are_taken_as_utc(alice_chat):
     assert copy.created_at.isoformat() == copy.last_activity_at.isoformat() == "2025-01-02T10:00:00+00:00"
     run = copy.runs.get()
     assert run.created_at.isoformat() == "2025-01-02T10:01:00+00:00" and run.input == "hi"
+
+
+# -- import: in batches, within limits, every field checked ------------------------------------------
+
+
+def chats_document(count: int, **fields) -> str:
+    """An export of `count` one-run chats."""
+    run = {"status": "completed", "messages": [{"role": "user", "content": "hi"},
+                                                {"role": "assistant", "content": "hello"}]}
+    chats = [{"format": "sessions_core.session", "version": 1, "name": f"Chat {number}", "runs": [run], **fields}
+             for number in range(count)]
+    return json.dumps({"format": "sessions_core.export", "version": 1, "sessions": chats})
+
+
+@contextlib.contextmanager
+def zero_lock_wait():
+    """This connection's wait for a lock another holds: none (a held lock is an error at once); as before after."""
+    from django.db import connection
+
+    sqlite = connection.vendor == "sqlite"
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA busy_timeout" if sqlite else "SHOW lock_timeout")
+        before = cursor.fetchone()[0]
+        cursor.execute("PRAGMA busy_timeout = 0" if sqlite else "SET lock_timeout = '1ms'")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {int(before)}" if sqlite else "SELECT set_config('lock_timeout', %s, false)",
+                           None if sqlite else [before])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_commits_batch_by_batch_and_another_users_writes_go_on_between(monkeypatch):
+    import threading
+
+    from django.db import connections
+
+    alice, bob = make_user("alice"), make_user("bob")
+    bobs = make_session(bob, name="Bob's chat")
+    monkeypatch.setattr(export, "IMPORT_BATCH_ROWS", 4)  # a chat and its run and two messages: one chat a batch
+    batch_stored, go_on, progress = threading.Event(), threading.Event(), []
+
+    def between_batches(stored, total):
+        progress.append((stored, total))
+        if stored == 1:
+            batch_stored.set()
+            assert go_on.wait(timeout=60)
+
+    def import_in_a_thread():
+        try:
+            export.import_json(chats_document(3), alice, on_batch=between_batches)
+        finally:
+            connections.close_all()
+
+    importing = threading.Thread(target=import_in_a_thread)
+    importing.start()
+    try:
+        assert batch_stored.wait(timeout=60)
+        # The import is half done: its first chat is committed (this connection sees it) and it holds no lock,
+        # so Bob's rename is written at once, with no wait allowed.
+        assert list(ChatSession.objects.for_user(alice).values_list("name", flat=True)) == ["Chat 0"]
+        client = Client()
+        client.force_login(bob)
+        with zero_lock_wait():
+            response = client.post(reverse("chat:session_rename_hx", args=[bobs.session_id]), {"name": "Renamed"})
+        assert response.status_code == 302  # back to the chat, renamed
+        assert ChatSession.objects.get(pk=bobs.pk).name == "Renamed"
+    finally:
+        go_on.set()
+        importing.join(timeout=60)
+    assert progress == [(1, 3), (2, 3), (3, 3)]
+    assert ChatSession.objects.for_user(alice).count() == 3
+
+
+def test_a_failed_batch_takes_the_batches_before_it_away_again(alice_chat, monkeypatch):
+    from django.db import DatabaseError, connection
+
+    alice, _ = alice_chat
+    monkeypatch.setattr(export, "IMPORT_BATCH_ROWS", 4)
+    stored = []
+    with connection.execute_wrapper(failing_insert("sessions_core_chatsession", 3)), pytest.raises(DatabaseError):
+        export.import_json(chats_document(3), alice, on_batch=lambda done, total: stored.append(done))
+    assert stored == [1, 2]  # two batches were committed, and are gone again
+    assert ChatSession.objects.for_user(alice).count() == 1
+
+
+def test_the_import_page_counts_the_chats_against_the_limits(alice_chat, client, settings):
+    alice, _ = alice_chat
+    client.force_login(alice)
+    settings.CHAT_IMPORT_MAX_CHATS = 2
+    response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", chats_document(3).encode())})
+    assert response.status_code == 422 and "This file holds 3 chats; an import takes at most 2" in response.content.decode()
+    settings.CHAT_IMPORT_MAX_CHATS, settings.CHAT_MAX_CHATS_PER_USER = 0, 3
+    response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", chats_document(3).encode())})
+    assert response.status_code == 422 and "You have 1 chats and this file holds 3" in response.content.decode()
+    assert ChatSession.objects.for_user(alice).count() == 1
+    response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", chats_document(2).encode())})
+    assert response.status_code == 302 and ChatSession.objects.for_user(alice).count() == 3
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("metrics", {"input_tokens": 9223372036854775807}, "runs → 0 → metrics → input_tokens"),
+    ("metrics", {"input_tokens": -1}, "runs → 0 → metrics → input_tokens"),
+    ("metrics", {"duration": "slow"}, "runs → 0 → metrics → duration"),
+    ("summary", {"summary": "s", "topics": [1, 2, None]}, "summary → topics → 0"),
+    ("summary", {"summary": "s", "updated_at": "yesterday"}, "summary → updated_at"),
+    ("summary", ["not", "a", "summary"], "summary"),
+    ("created_at", "0001-01-01T00:00:00+14:00", "created_at"),
+    ("created_at", "9999-12-31T23:59:59", "created_at: Value error, a time between 1970 and 9000"),
+    ("tool_calls", [{"name": "add_item"}], "messages → 0 → tool_calls → 0 → id"),
+])
+def test_every_imported_field_is_checked_by_type_and_range(alice_chat, client, field, value, says):
+    alice, _ = alice_chat
+    run = {"status": "completed", "messages": [{"role": "assistant", "content": "ok"}]}
+    chat = {"format": "sessions_core.session", "version": 1, "runs": [run]}
+    if field == "metrics":
+        run["metrics"] = value
+    elif field == "tool_calls":
+        run["messages"][0]["tool_calls"] = value
+    else:
+        chat[field] = value
+    with pytest.raises(export.ImportRefused) as refused:
+        export.import_json(json.dumps(chat), alice)
+    assert says in str(refused.value)
+    client.force_login(alice)
+    response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", json.dumps(chat).encode())})
+    assert response.status_code == 422 and says.split(":")[0] in response.content.decode()
+    assert ChatSession.objects.for_user(alice).count() == 1
+
+
+def test_an_imported_summary_and_metrics_read_back_as_the_engine_writes_them(alice_chat):
+    alice, _ = alice_chat
+    run = {"status": "completed", "metrics": {"input_tokens": 12, "duration": 0.5},
+           "messages": [{"role": "assistant", "content": "", "tool_calls": [
+               {"id": "c1", "name": "add_item", "arguments": "{}", "type": "function"}]}]}
+    chat = {"format": "sessions_core.session", "version": 1, "runs": [run],
+            "summary": {"summary": "Milk.", "topics": ["food"], "updated_at": "2025-03-01T10:00:00+01:00"}}
+    [copy] = export.import_json(json.dumps(chat), alice)
+    assert copy.summary == {"summary": "Milk.", "topics": ["food"], "updated_at": "2025-03-01T10:00:00+01:00"}
+    stored = copy.runs.get()
+    assert stored.metrics == {"input_tokens": 12, "duration": 0.5}
+    assert stored.messages.get().tool_calls == [{"id": "c1", "name": "add_item", "arguments": "{}"}]

@@ -54,6 +54,34 @@ def test_it_refuses_to_start_without_a_secret_key_or_hosts():
         assert result.returncode != 0 and f"{missing}: must be set" in result.stderr
 
 
+def test_it_refuses_to_believe_forwarded_addresses_from_anyone_unless_told_twice():
+    result = subprocess.run(["bash", "scripts/serve"], cwd=BASE_DIR, env=production_env(FORWARDED_ALLOW_IPS="*"),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "FORWARDED_ALLOW_IPS=* with TRUST_PROXY_HEADERS=true" in result.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_forged_forwarded_address_from_a_client_that_is_not_the_proxy_is_not_believed(static_root):
+    """Sign-ins count per client address. By default only the loopback address (127.0.0.1, ::1) is the
+    proxy: a client at 127.0.0.2 that names a new address in each request is still one address."""
+    env = production_env(DATABASE_URL=_test_database_url(), STATIC_ROOT=static_root,
+                         CHAT_LOGINS_PER_ADDRESS_PER_HOUR="2")
+    server = Server(["bash", "scripts/serve"], env)
+    try:
+        def sign_in(source: str, forged: str) -> int:
+            return server.post_form("/accounts/login/", {"username": "nobody", "password": "wrong"}, {},
+                                    {"X-Forwarded-For": forged}, source)[0]
+
+        # The proxy's word is taken: each address has its own allowance.
+        from_the_proxy = [sign_in("127.0.0.1", f"198.51.100.{number}") for number in range(3)]
+        # Anyone else's is not: three attempts from 127.0.0.2, over its limit of two.
+        from_a_client = [sign_in("127.0.0.2", f"203.0.113.{number}") for number in range(3)]
+    finally:
+        server.stop()
+    assert from_the_proxy == [200, 200, 200]  # a wrong password shows the form again
+    assert from_a_client == [200, 200, 429]
+
+
 def test_the_pages_carry_the_security_headers(served):
     status, headers, body = served.get("/accounts/login/", HTTPS)
     assert status == 200, body

@@ -16,10 +16,10 @@ VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "
              "CHAT_RUNS_IN_FLIGHT", "CHAT_NEW_CHATS_PER_MINUTE", "CHAT_IMPORTS_PER_HOUR", "CHAT_TITLES_PER_HOUR", "CHAT_BRANCH_SWITCHES_PER_MINUTE",
              "CHAT_LOGIN_FAILURES_PER_ACCOUNT_PER_HOUR", "CHAT_LOGIN_FAILURES_PER_ADDRESS_PER_HOUR",
              "CHAT_LOGINS_PER_ADDRESS_PER_HOUR", "CHAT_SIGNUPS_PER_ADDRESS_PER_HOUR", "STATIC_ROOT",
-             "TRUST_PROXY_HEADERS", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS",
-             "SECURE_HSTS_PRELOAD", "DATABASE_POOL_MAX", "DATABASE_POOL_TIMEOUT", "CHAT_MAX_MODEL_CALLS",
-             "EMAIL_HOST", "EMAIL_PORT", "EMAIL_HOST_USER", "EMAIL_HOST_PASSWORD", "EMAIL_USE_TLS", "DEFAULT_FROM_EMAIL",
-             "CHAT_PASSWORD_RESETS_PER_ADDRESS_PER_HOUR")
+             "TRUST_PROXY_HEADERS", "FORWARDED_ALLOW_IPS", "FORWARDED_ALLOW_ANY", "SECURE_SSL_REDIRECT",
+             "SECURE_HSTS_SECONDS", "SECURE_HSTS_INCLUDE_SUBDOMAINS", "SECURE_HSTS_PRELOAD", "DATABASE_POOL_MAX",
+             "DATABASE_POOL_TIMEOUT", "CHAT_MAX_MODEL_CALLS", "EMAIL_HOST", "EMAIL_PORT", "EMAIL_HOST_USER",
+             "EMAIL_HOST_PASSWORD", "EMAIL_USE_TLS", "DEFAULT_FROM_EMAIL", "CHAT_PASSWORD_RESETS_PER_ADDRESS_PER_HOUR")
 
 
 def load(monkeypatch, **env):
@@ -206,3 +206,16 @@ def test_email_is_printed_on_the_console_until_a_host_is_set(monkeypatch):
         "smtp.example.com", 465, "app", "secret", False, "chat@example.com")
     with pytest.raises(ImproperlyConfigured, match="EMAIL_PORT"):
         load(monkeypatch, EMAIL_HOST="smtp.example.com", EMAIL_PORT="0")
+
+
+def test_forwarded_addresses_are_believed_from_the_loopback_address_unless_the_operator_says_more(monkeypatch):
+    assert load(monkeypatch).FORWARDED_ALLOW_IPS == ["127.0.0.1", "::1"]
+    proxies = load(monkeypatch, TRUST_PROXY_HEADERS="true", FORWARDED_ALLOW_IPS="10.0.0.5, 192.168.0.0/16")
+    assert proxies.FORWARDED_ALLOW_IPS == ["10.0.0.5", "192.168.0.0/16"]
+    with pytest.raises(ImproperlyConfigured, match="FORWARDED_ALLOW_IPS=\\* with TRUST_PROXY_HEADERS=true"):
+        load(monkeypatch, TRUST_PROXY_HEADERS="true", FORWARDED_ALLOW_IPS="*")
+    meant = load(monkeypatch, TRUST_PROXY_HEADERS="true", FORWARDED_ALLOW_IPS="*", FORWARDED_ALLOW_ANY="true")
+    assert meant.FORWARDED_ALLOW_IPS == ["*"]
+    assert load(monkeypatch, FORWARDED_ALLOW_IPS="*").FORWARDED_ALLOW_IPS == ["*"]  # no proxy trusted: nothing believed
+    with pytest.raises(ImproperlyConfigured, match='FORWARDED_ALLOW_IPS has an invalid value "proxy.local"'):
+        load(monkeypatch, FORWARDED_ALLOW_IPS="proxy.local")

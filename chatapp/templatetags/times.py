@@ -26,7 +26,8 @@ def seconds(value) -> str:
     began reads "3 ms", never "0.00 s"), else in seconds to two places."""
     if value is None or value == "":
         return ""
-    value = float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):  # stored by other means: shown as it is
+        return str(value)
     if value >= 1:
         return f"{value:.2f} s"
     milliseconds = round(value * 1000)

@@ -3,6 +3,8 @@ uploaded back as new chats (sessions_core.export)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from itertools import islice
 
@@ -25,14 +27,24 @@ from .common import owned_session
 
 
 STREAM_PARTS = 64  # parts (a run each, in JSON) read from the database per trip to Django's sync thread
+# The share of the process's time a download may take: after each trip it waits so that its work is at
+# most this share of the time since. A download of 20,000 chats is work for seconds of one core, and
+# other users' requests in the same process would wait behind it for the interpreter's lock.
+DOWNLOAD_SHARE = 0.5
 
 
 async def _streamed(parts: Iterator[str]) -> AsyncIterator[str]:
     """A generator that reads the database, served under ASGI a batch at a time: given as it is,
     Django would read it all into memory first (it consumes a sync iterator with list())."""
     take = sync_to_async(lambda: list(islice(parts, STREAM_PARTS)))
-    while batch := await take():
+    while True:
+        began = time.monotonic()
+        batch = await take()
+        work = time.monotonic() - began
+        if not batch:
+            return
         yield "".join(batch)
+        await asyncio.sleep(work * (1 - DOWNLOAD_SHARE) / DOWNLOAD_SHARE)
 
 
 def _download(parts: Iterator[str], content_type: str, filename: str) -> StreamingHttpResponse:
@@ -67,22 +79,36 @@ def export_all(request: HttpRequest) -> StreamingHttpResponse:
     """Every chat of the user that is not in the trash, newest activity first, then the user's memories."""
     now = timezone.now()
     sessions = ChatSession.objects.for_user(request.user).alive().order_by("-last_activity_at", "-id")
-    parts = export.export_all_json(sessions.iterator(chunk_size=100), request.user.get_username(), now,
-                                   user=request.user)
+    parts = export.export_all_json(sessions, request.user.get_username(), now, user=request.user)
     return _download(parts, "application/json", f"chats-{slugify(request.user.get_username())}-{now:%Y%m%d}.json")
 
 
 IMPORTED = " (imported)"
 
 
-def _mark_imported(sessions) -> None:
+def _mark_imported(sessions: list[export.ImportedSession]) -> None:
     """An imported chat says so in its title, so it is never taken for its original (in the sidebar, in
     search, in the tab's title)."""
     for session in sessions:
-        base = session.name or "Imported chat"
-        if not base.endswith(IMPORTED):
-            session.name = base[: 200 - len(IMPORTED)] + IMPORTED if session.name else base
-            session.save(update_fields=["name"])
+        name = " ".join(session.name.split())
+        if not name:
+            session.name = "Imported chat"
+        elif not name.endswith(IMPORTED):
+            session.name = name[: 200 - len(IMPORTED)] + IMPORTED
+
+
+def _over_chat_limits(user, count: int) -> str:
+    """Why `count` more chats for `user` are too many (CHAT_IMPORT_MAX_CHATS, CHAT_MAX_CHATS_PER_USER), or ""."""
+    per_import, per_user = settings.CHAT_IMPORT_MAX_CHATS, settings.CHAT_MAX_CHATS_PER_USER
+    if per_import and count > per_import:
+        return (f"This file holds {count:,} chats; an import takes at most {per_import:,} "
+                "(CHAT_IMPORT_MAX_CHATS). Split it, or import fewer chats.")
+    if per_user:
+        have = ChatSession.objects.for_user(user).count()  # the trash's too: they are stored
+        if have + count > per_user:
+            return (f"You have {have:,} chats and this file holds {count:,}; a user may have at most "
+                    f"{per_user:,} (CHAT_MAX_CHATS_PER_USER, the trash counts). Empty the trash or delete some first.")
+    return ""
 
 
 NOT_AN_EXPORT = ("This file is not a chat export from this app. Import takes the JSON file that “Export” "
@@ -91,7 +117,7 @@ NOT_AN_EXPORT = ("This file is not a chat export from this app. Import takes the
 
 def _refusal_in_words(message: str) -> str:
     """The engine's refusal, where it names a parser's or a validator's internals, in a user's words."""
-    if "discriminator" in message or "expected tags" in message or "valid dictionary" in message:
+    if "discriminator" in message or "expected tags" in message or "the document: Input should be a valid dict" in message:
         return NOT_AN_EXPORT
     if "integer string conversion" in message:
         return "This file holds a number too long to read (more than 4,300 digits): it is not a chat export."
@@ -105,7 +131,8 @@ def _refusal_in_words(message: str) -> str:
 @limit_posts((IMPORTS, by_user))
 def import_chats(request: HttpRequest) -> HttpResponse:
     """A JSON file this app exported (one chat or all of them) becomes new chats of the user: all of the
-    file or, with a message saying why, none of it."""
+    file or, with a message saying why, none of it. Its chats count against CHAT_IMPORT_MAX_CHATS and
+    CHAT_MAX_CHATS_PER_USER."""
     error = ""
     if request.method == "POST":
         upload = request.FILES.get("file")
@@ -116,11 +143,14 @@ def import_chats(request: HttpRequest) -> HttpResponse:
             error = f"The file is {upload.size:,} bytes; the limit is {limit:,} (CHAT_IMPORT_MAX_BYTES)."
         else:
             try:
-                sessions = export.import_json(upload.read(), request.user)
+                chats = export.read_import(upload.read())
             except export.ImportRefused as exc:
                 error = _refusal_in_words(str(exc))
             else:
-                _mark_imported(sessions)
+                error = _over_chat_limits(request.user, len(chats))
+            if not error:
+                _mark_imported(chats)
+                sessions = export.store_import(chats, request.user)  # in batches: other users' writes go on
                 count, remembered = len(sessions), sessions.memories
                 memories_note = f" and {remembered} memor{'y' if remembered == 1 else 'ies'}" if remembered else ""
                 messages.success(request, f"Imported {count} chat{'' if count == 1 else 's'}{memories_note}.")
