@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sessions_core', '0011_message_system_idx'),
+        ('sessions_core', '0012_user_memories'),
     ]
 
     operations = [
