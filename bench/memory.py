@@ -11,7 +11,7 @@ count stays as set), its second "Done.". The user's memories and sessions are in
 times `--runs` runs of `agent.run(...)` (the sync path) in a new session each, alternating with the same
 agent with memories off, so both see the same moments of the machine:
 
-  memory work   the time inside the work after the reply (`run_work.aupdate_after_run`: the manager's
+  memory work   the time (wall, and the process's CPU time) inside the work after the reply (`run_work.aupdate_after_run`: the manager's
                 read of the memories, its prompt, the tool's row writes), the model calls included but
                 costing nothing here
   run on / off  the whole run with memories on and off; their difference is the memory work plus the
@@ -64,11 +64,11 @@ def main() -> None:
 
 def print_table(results: list[dict], runs: int) -> None:
     print(f"\nMemory work per run (ms, medians of {runs} runs; the model answers at once, in process)")
-    rows = [("backend", "memories", "sessions", "memory work", "p95", "run on", "run off", "on - off",
+    rows = [("backend", "memories", "sessions", "memory work", "p95", "CPU", "run on", "run off", "on - off",
              "first token on", "first token off", "SQL run on/off")]
     for row in results:
         rows.append((row["backend"], f"{row['memories']:,}", f"{row['sessions']:,}", f"{row['work']:.2f}",
-                     f"{row['work_p95']:.2f}", f"{row['on']:.2f}", f"{row['off']:.2f}", f"{row['on'] - row['off']:.2f}",
+                     f"{row['work_p95']:.2f}", f"{row['work_cpu']:.2f}", f"{row['on']:.2f}", f"{row['off']:.2f}", f"{row['on'] - row['off']:.2f}",
                      f"{row['first_on']:.2f}", f"{row['first_off']:.2f}", f"{row['sql_on']}/{row['sql_off']}"))
     _support.print_table(rows)
     print(_support.load_line())
@@ -150,9 +150,9 @@ def measure(memories: int, sessions: int, runs: int, warmup: int) -> dict:
     original = run_work.aupdate_after_run
 
     async def timed_work(run):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         result = await original(run)
-        work_times.append((time.perf_counter() - started) * 1000)
+        work_times.append(((time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000))
         return result
 
     import sessions_core.run.root as root
@@ -163,6 +163,7 @@ def measure(memories: int, sessions: int, runs: int, warmup: int) -> dict:
         for number in range(warmup + runs):
             for label, agent in (("on", on), ("off", off)):
                 session_id = f"{username}-{label}-{number}"
+                connection.queries_log.clear()  # a bounded log: a long row would overflow it
                 started = time.perf_counter()
                 with CaptureQueriesContext(connection) as queries:
                     agent.run("hello there", session_id=session_id, user_id=username)
@@ -179,9 +180,10 @@ def measure(memories: int, sessions: int, runs: int, warmup: int) -> dict:
                     totals[f"sql_{label}"].append(len(queries))
     finally:
         root.aupdate_after_run = original
-    work = work_times[2 * warmup:]  # two runs with memories on per round
+    work = [wall for wall, _ in work_times[2 * warmup:]]  # two runs with memories on per round
     return {"memories": memories, "sessions": sessions, "work": statistics.median(work),
             "work_p95": _support.percentile(work, 95),
+            "work_cpu": statistics.median(cpu for _, cpu in work_times[2 * warmup:]),
             **{key: statistics.median(values) for key, values in totals.items() if not key.startswith("sql")},
             "sql_on": max(totals["sql_on"]), "sql_off": max(totals["sql_off"])}
 
