@@ -115,6 +115,16 @@ def owned_session(session_id: str, user_ref, alias: str, *, lock: bool = False, 
     return session
 
 
+def session_owner(session: ChatSession, user_ref):
+    """The owner of a session `user_ref` was checked against (`check_owner`), as a User, with no query:
+    the User given, or, for a username, a User with the session's owner id and that name."""
+    if session.owner_id is None:
+        return None
+    if _is_user(user_ref):
+        return user_ref
+    return get_user_model()(pk=session.owner_id, **{get_user_model().USERNAME_FIELD: str(user_ref)})
+
+
 def _session_sql(alias: str, only: tuple[str, ...], by_name: bool, lock: bool) -> str:
     """The one statement `owned_session` reads with: the session's row by its `session_id` (the fields
     `only` names, else all), with its owner's username as `owner_username` when the check compares

@@ -30,7 +30,7 @@ from ..events import (BaseRunEvent, MemoryUpdateCompletedEvent, MemoryUpdateStar
                       SessionSummaryCompletedEvent, SessionSummaryStartedEvent)
 from ..history import ChatMessage
 from ..models import ChatSession, Role, Run, RunStatus
-from ..owners import owned_session
+from ..owners import owned_session, session_owner
 from ..state_tracker import StateTracker
 from ..summary import aupdate_session_summary
 from ..tools import RunContext
@@ -319,10 +319,11 @@ class RootRun(BaseRun):
             start.history = history_module.read_history(read, self.alias)
         memories = None
         if (config.add_memories_to_context or config.update_memory_on_run) and session.owner_id is not None:
-            if memory_store.memories_enabled(session.owner, self.alias):
-                start.memory_owner = session.owner
+            owner = session_owner(session, self.user_ref)
+            if memory_store.memories_enabled(owner, self.alias):
+                start.memory_owner = owner
                 if config.add_memories_to_context:
-                    memories = memory_store.memory_texts(session.owner, self.alias)
+                    memories = memory_store.memory_texts(owner, self.alias)
         system = prompt.system_message(config, {**start.state, **self._injected()}, self.user_id, start.summary,
                                        memories)
         return start, [ChatMessage(role=Role.SYSTEM, content=system)] if system else []
