@@ -28,7 +28,9 @@ from tests.live_support import HOST, ORIGIN, LiveTestMixin
 
 SECRET = "zebra-armchair-7731"  # Alice's words: in her title, her message, her state
 ROLES = ("owner", "other", "anonymous", "staff")
-PUBLIC = {"login", "signup", "logout"}  # the pages anyone may open (logout is POST-only)
+# The pages anyone may open (logout is POST-only; a forgotten password is reset without signing in).
+PUBLIC = {"login", "signup", "logout", "password_reset", "password_reset_done", "password_reset_confirm",
+          "password_reset_complete"}
 
 
 def url_patterns(resolver=None, prefix: str = "", namespace: str = ""):
@@ -82,6 +84,8 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
                 values[key] = re.search(r"\(\?P<app_label>([\w]+)", regex).group(1)
             elif key == "url":
                 values[key] = "nowhere/"
+            elif key in ("uidb64", "token"):  # a password reset link's parts: this one is no valid link
+                values[key] = "MQ" if key == "uidb64" else "not-a-token"
             else:
                 raise AssertionError(f"{name}: no value for <{key}>: teach this test what it takes")
         return values

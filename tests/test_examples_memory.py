@@ -86,7 +86,7 @@ def test_session_naming_example(served):
 
 @pytest.mark.parametrize("name, expected", [
     ("search_session_history", ['you asked: "How do I make carbonara?"', "can't find any earlier conversations"]),
-    ("session_naming", ["Generated name: Help me plan a birthday", "After autogenerate over a user's name: Leo's 8th birthday"]),
+    ("session_naming", ["Generated name: Plan a birthday party", "After autogenerate over a user's name: Leo's 8th birthday"]),
 ])
 def test_memory_examples_run_offline_with_one_command(tmp_path, name, expected):
     env = {key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "DJANGO_"))}
