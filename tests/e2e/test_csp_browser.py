@@ -67,9 +67,10 @@ def test_an_aligned_table_and_a_resized_editor_updated_from_another_tab_break_no
         expect(tab.locator(".session-area[data-live='open']")).to_have_count(1)
     page.locator("#composer-text").fill("how many?")
     page.locator("#composer-text").press("Enter")
+    expect(page.locator("#transcript .run").last).to_have_attribute("data-status", "completed")
     cell = page.locator("#transcript .reply td").last
     expect(cell).to_have_text("2")
-    assert cell.evaluate("td => getComputedStyle(td).textAlign") == "right"
+    expect(cell).to_have_css("text-align", "right")
 
     page.get_by_text("Edit as JSON").click()
     page.locator("#state-json").evaluate("box => box.style.height = '300px'")  # as a drag of its corner does
