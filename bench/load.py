@@ -280,14 +280,20 @@ class Client:
     session_pk: int
 
 
+MEMORIES = True  # --memories-off: the users have turned user memories off (no memory manager call per message)
+
+
 def make_clients(count: int, label: str) -> list[Client]:
     """`count` users, each signed in (a session row and its cookie) with a new chat of the general assistant."""
     from chatapp.assistants import get_assistant
-    from sessions_core.models import ChatSession
+    from sessions_core.models import ChatSession, UserMemoryOptOut
 
     assistant = get_assistant("general")
     clients = []
-    for user, cookie in signed_in_users(count, label):
+    users = signed_in_users(count, label)
+    if not MEMORIES:
+        UserMemoryOptOut.objects.bulk_create([UserMemoryOptOut(user=user) for user, _ in users])
+    for user, cookie in users:
         chat = ChatSession.objects.new(owner=user, component_id="general", kind=assistant.kind,
                                        metadata=assistant.metadata)
         chat.apply_state_change(assistant.session_state, "defaults")
@@ -558,11 +564,15 @@ def main() -> None:
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", ""))
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a reply may take")
     parser.add_argument("--py-spy", default="", help="the py-spy binary: record the first worker during each wave")
+    parser.add_argument("--memories-off", action="store_true",
+                        help="the users have turned user memories off (the general assistant learns them otherwise)")
     parser.add_argument("--count", action="store_true", help="serve through bench/counting.py: counts per message")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a setting for the server")
     parser.add_argument("--layer-capacity", type=int, default=0,
                         help="channels-redis's capacity in the server (default 100: one per process, shared by its sockets)")
     args = parser.parse_args()
+    global MEMORIES
+    MEMORIES = not args.memories_off
     if args.fake_model:
         fake_model_main(args.tokens)
         return
