@@ -135,5 +135,5 @@ def memory_undo(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     memories.attach([run], request.user.pk)
     if request.htmx:
         return HttpResponse(memories.render_run_memories(run))
-    session_id = ChatSession.objects.filter(pk=run.session_id).values_list("session_id", flat=True).get()
+    session_id = sessions.filter(pk=run.session_id).values_list("session_id", flat=True).get()
     return redirect("chat:session", session_id=session_id)
