@@ -16,6 +16,7 @@ from django.conf import settings
 from sessions_core.errors import SessionNotFoundError, SessionOwnershipError
 from sessions_core.llm import default_model
 from sessions_core.models import ChatSession, NameSource
+from sessions_core.run import background
 
 from . import assistants
 from .broadcast import push_session_row
@@ -126,7 +127,8 @@ def _start(job, session: ChatSession) -> asyncio.Task:
 async def _title_after_run(session: ChatSession, user) -> bool:
     titled = False
     try:
-        titled = await generate_title(session, user)  # which pushes the titled row
+        async with background.turn():  # after the first words of every reply in flight
+            titled = await generate_title(session, user)  # which pushes the titled row
     finally:
         if not titled:  # the run's end left the row showing it running: redrawn once, untitled
             await push_session_row(session.pk, session.owner_id)

@@ -143,10 +143,10 @@ def _placed(view: rendering.RunView, append: bool) -> str:
 # --- runs from the database ------------------------------------------------------------------------------
 
 
-def finished_html(run_id: str, session_pk: int) -> tuple[str, str]:
+def finished_html(run_id: str, session: ChatSession) -> tuple[str, str]:
     """A finished run as stored (its final form, replacing the live one) and its status. Reads the database."""
-    run = rendering.stored_run(run_id=run_id, session_id=session_pk)
-    memories.attach([run], run.session.owner_id)
+    run = rendering.stored_run(run_id=run_id, session_id=session.pk)
+    memories.attach([run], session.owner_id)
     return rendering.render_run(run, oob="true"), run.status
 
 

@@ -396,7 +396,7 @@ def _render_finished(live: LiveRun, session: ChatSession, item: Prompt) -> tuple
     """The finished run from the database, the new chat's fallback title stored, and the state panel as
     stored now if the run changed the state (a failed run's mid-run state changes were not kept, so the
     panel must show the stored state again); a run that changed nothing leaves the panel as it is."""
-    html, status = fragments.finished_html(live.run_id, session.pk)
+    html, status = fragments.finished_html(live.run_id, session)
     # The sidebar row's mark of a chat that waits for the user: this run, or an earlier one still waiting.
     session.is_waiting = status == RunStatus.PAUSED or answers.waiting_run(session.pk) is not None
     if item.fallback_title:

@@ -30,7 +30,7 @@ from ..models import Role
 from ..requirements import RunRequirement, ToolExecution, paused_content
 from ..storable import storable, storable_tree
 from ..tools import call_tool, result_text, timed
-from . import lifecycle, registry
+from . import background, lifecycle, registry
 
 CHECKPOINT_SECONDS = 1.0  # the partial reply is stored at most this far apart while it streams
 # What the model reads for a call past the run's tool_call_limit: Agno's words.
@@ -71,7 +71,11 @@ class ModelLoop:
             self.root.active.add(self)  # a stop interrupts its reads (`interrupt`)
             try:
                 # Per token: a stop asked meanwhile is heard by the next `_next_chunk`, before any wait.
+                answered = False
                 while (chunk := await self._next_chunk(stream)) is not None:
+                    if not answered:  # work after other replies may go ahead (run/background.py)
+                        answered = True
+                        background.heard(self.root.run_id)
                     if content := chunk.content:
                         if "time_to_first_token" not in metrics:
                             metrics["time_to_first_token"] = round(time.perf_counter() - self.started, 6)

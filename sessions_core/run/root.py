@@ -36,7 +36,7 @@ from ..summary import aupdate_session_summary
 from ..tools import RunContext
 from ..user_memories import store as memory_store
 from ..user_memories.run_work import aupdate_after_run
-from . import finish, lifecycle, registry, store
+from . import background, finish, lifecycle, registry, store
 from .base import BaseRun
 from .child import ChildRun
 from .model_loop import CHECKPOINT_SECONDS
@@ -117,6 +117,7 @@ class RootRun(BaseRun):
     async def _run(self) -> AsyncIterator[BaseRunEvent]:
         # The heartbeat starts after its first interval: most runs are over before it would beat.
         heartbeat = self.loop.call_later(CHECKPOINT_SECONDS, self._start_heartbeat)
+        background.awaiting_first_words(self.run_id)
         try:
             yield self.started_event()
             async with aclosing(self._body()) as body:
@@ -128,6 +129,7 @@ class RootRun(BaseRun):
                 await asyncio.shield(self._finish(RunStatus.CANCELLED, ""))
             raise
         finally:
+            background.heard(self.run_id)
             heartbeat.cancel()
             if self.heartbeat_task is not None:
                 self.heartbeat_task.cancel()
@@ -142,6 +144,7 @@ class RootRun(BaseRun):
                 yield event
         status, error, error_type = self.outcome
         await self._finish(status, error)
+        background.heard(self.run_id)  # (a run that ends without a model's chunk: a workflow of functions)
         status, error, error_type = self.outcome  # (a pause that a stop turned into a cancellation)
         for event in self._final_events(status, error_type):
             yield event
@@ -154,8 +157,9 @@ class RootRun(BaseRun):
             stream_events = self.config.stream_events
             if stream_events:
                 yield self._event(SessionSummaryStartedEvent)
-            summary = await aupdate_session_summary(self.config, self.start.session_pk, self.session_id,
-                                                    self.start.summary)
+            async with background.turn():
+                summary = await aupdate_session_summary(self.config, self.start.session_pk, self.session_id,
+                                                        self.start.summary)
             if stream_events:
                 yield self._event(SessionSummaryCompletedEvent, session_summary=summary and summary.to_dict())
 
@@ -172,7 +176,8 @@ class RootRun(BaseRun):
         stream_events = self.config.stream_events
         if stream_events:
             yield self._event(MemoryUpdateStartedEvent)
-        work, error = await aupdate_after_run(self)
+        async with background.turn():
+            work, error = await aupdate_after_run(self)
         if stream_events:
             yield self._event(MemoryUpdateCompletedEvent, memories=work.memories, error=error,
                               deleted=[memory_id for action, memory_id, _ in work.changes if action == "deleted"])
