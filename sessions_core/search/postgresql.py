@@ -2,7 +2,7 @@
 `ts_headline` snippets, and pg_trgm's `word_similarity` (GIN trigram index on the name) for typos.
 
 A query made only of English stop words ("what is this"), which the configuration drops, is looked for
-as typed (`basic`), as SQLite's index would find it.
+as typed (`basic.py`), as SQLite's index would find it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from django.db.models import Case, Func, QuerySet, Value, When
 from django.db.models.functions import Left, Length
 
 from ..models import Message
-from . import basic
+from .basic import message_hits as message_hits_as_typed
 from .cursors import SearchCursor
 from .query import ParsedQuery
 from .results import MessageHit, TitleHit, as_hits, hit_rows, raw_scope
@@ -50,7 +50,7 @@ def message_hits(sessions: QuerySet, parsed: ParsedQuery, after: SearchCursor | 
             cursor.execute("SELECT numnode(websearch_to_tsquery(%s::regconfig, translate(%s, %s, %s)))",
                            query_params)
             if cursor.fetchone()[0] == 0:
-                return basic.message_hits(sessions, parsed, after, n, using)
+                return message_hits_as_typed(sessions, parsed, after, n, using)
     return _headlined_hits(ids, parsed, using)
 
 

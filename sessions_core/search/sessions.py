@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from types import ModuleType
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import connections
 
 from ..models import ChatSession
-from . import basic, fts5, postgresql
+from .basic import message_hits as basic_message_hits
 from .cursors import SearchCursor
+from .fts5 import MESSAGE_FTS, NAME_TRIGRAMS
+from .fts5 import message_hits as fts5_message_hits
+from .fts5 import similar_titles as fts5_similar_titles
+from .postgresql import message_hits as postgresql_message_hits
+from .postgresql import similar_titles as postgresql_similar_titles
 from .query import parse_query
 from .results import MessageHit, SearchPage
-from .titles import title_hits
+from .titles import SimilarTitles, title_hits
 
 
 def search_sessions(user, query: str, *, limit: int = 20, cursor: str | None = None,
@@ -32,10 +37,10 @@ def search_sessions(user, query: str, *, limit: int = 20, cursor: str | None = N
         sessions = sessions.filter(pinned_at__isnull=False)
     if parsed.assistants:  # ids are slugs: accept them as typed or lower-cased
         sessions = sessions.filter(component_id__in={*parsed.assistants, *(a.lower() for a in parsed.assistants)})
-    content, fuzzy = backends(using)
+    message_hits, similar_titles = backends(using)
 
     if after is None or after.phase == "t":
-        titles = title_hits(sessions, parsed, after, limit + 1, fuzzy and fuzzy.similar_titles, using)
+        titles = title_hits(sessions, parsed, after, limit + 1, similar_titles, using)
         if len(titles) > limit:
             page.title_hits = titles[:limit]
             last = titles[limit - 1]
@@ -48,7 +53,7 @@ def search_sessions(user, query: str, *, limit: int = 20, cursor: str | None = N
     room = limit - len(page.title_hits)
     message_after = after if after and after.phase == "m" else None
     # Fetch one more than fits: it says whether a further page exists (even when none fits here).
-    messages = content.message_hits(sessions, parsed, message_after, room + 1, using)
+    messages = message_hits(sessions, parsed, message_after, room + 1, using)
     page.message_hits = messages[:room]
     if len(messages) > room:
         last = page.message_hits[-1] if room else None
@@ -71,17 +76,18 @@ def _one_per_session(hits: list[MessageHit]) -> list[MessageHit]:
     return collapsed
 
 
-def backends(using: str) -> tuple[ModuleType, ModuleType | None]:
-    """The modules that search message content and similar titles (None: no typo search) on this database."""
+def backends(using: str) -> tuple[Callable, SimilarTitles | None]:
+    """The functions that find matching messages and similar titles (None: no typo search) on this database."""
     connection = connections[using]
     if getattr(settings, "SESSIONS_SEARCH_BACKEND", "") == "basic":  # force the LIKE fallback
-        return basic, None
+        return basic_message_hits, None
     if connection.vendor == "postgresql":
-        return postgresql, postgresql
+        return postgresql_message_hits, postgresql_similar_titles
     if connection.vendor == "sqlite":
         with connection.cursor() as cursor:
             cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (%s, %s)",
-                           [fts5.MESSAGE_FTS, fts5.NAME_TRIGRAMS])
+                           [MESSAGE_FTS, NAME_TRIGRAMS])
             tables = {row[0] for row in cursor.fetchall()}
-        return (fts5 if fts5.MESSAGE_FTS in tables else basic), (fts5 if fts5.NAME_TRIGRAMS in tables else None)
-    return basic, None
+        return (fts5_message_hits if MESSAGE_FTS in tables else basic_message_hits,
+                fts5_similar_titles if NAME_TRIGRAMS in tables else None)
+    return basic_message_hits, None
