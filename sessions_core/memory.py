@@ -22,13 +22,13 @@ import itertools
 import sqlite3
 import threading
 
-from .stores import Store, migrate_sqlite
+from .stores import BaseDb, migrate_sqlite
 
 _numbers = itertools.count(1)
 _lock = threading.Lock()
 
 
-class InMemoryDb(Store):
+class InMemoryDb(BaseDb):
     def __init__(self):
         with _lock:
             alias = f"sessions_core_memory_{next(_numbers)}"

@@ -64,21 +64,15 @@ def _merge(base: Mapping, override: Mapping) -> dict:
     return merged
 
 
-def merge_state(defaults: Mapping | None, stored: Mapping | None, run_state: Mapping | None,
+def merge_owned(defaults: Mapping | None, stored: Mapping | None, run_state: Mapping | None,
                 overwrite: bool = False) -> dict:
     """The state a run starts from: defaults < stored < run-supplied.
 
     Defaults fill keys missing from the stored state on every run, so a key added to the defaults
     later reaches existing sessions. With `overwrite`, run-supplied state replaces the stored state;
-    a run that supplies none leaves it as it is.
+    a run that supplies none leaves it as it is. The inputs are the caller's own fresh copies: nothing
+    is copied, so the result shares their values (none of the inputs is changed).
     """
-    return copy.deepcopy(merge_owned(defaults, stored, run_state, overwrite))
-
-
-def merge_owned(defaults: Mapping | None, stored: Mapping | None, run_state: Mapping | None,
-                overwrite: bool = False) -> dict:
-    """`merge_state` for inputs that are the caller's own fresh copies: nothing is copied, so the
-    result shares their values."""
     base = stored or {}
     if overwrite and run_state:
         base = {}

@@ -57,7 +57,7 @@ _open = weakref.WeakSet()  # every connection made to a store's alias, on any th
 class StoreError(Exception):
     """A store cannot be used; the message names it (passwords masked)."""
 
-    def __init__(self, store: Store | str, problem: str):
+    def __init__(self, store: BaseDb | str, problem: str):
         self.store = store
         super().__init__(f"{store!r}: {problem}" if not isinstance(store, str) else f"{store}: {problem}")
 
@@ -105,9 +105,10 @@ def _first_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-class Store(MemoryAccessors):
-    """A database the engine uses through a Django alias of its own, migrated on first use; it has the
-    memory accessors (`db.get_user_memories(user_id=...)`, ...) as well as the session ones."""
+class BaseDb(MemoryAccessors):
+    """The base of the storage classes (Agno's name for it): a database the engine uses through a Django
+    alias of its own, migrated on first use; it has the memory accessors (`db.get_user_memories(...)`,
+    ...) as well as the session ones."""
 
     _cannot_connect = "cannot connect"
 
@@ -256,7 +257,7 @@ def migrate_sqlite(connection) -> None:
 OPEN_ATTEMPTS = 30
 
 
-class SqliteDb(Store):
+class SqliteDb(BaseDb):
     """A SQLite file (folders made on first use); `session_table` picks a file of its own next to it."""
 
     _cannot_connect = "cannot open"
@@ -308,7 +309,7 @@ class SqliteDb(Store):
 def _async_accessors(cls):
     """The store's accessors (sessions and memories) as coroutines under their plain names."""
     for name in ("get_session", "get_sessions", "delete_session", *MEMORY_ASYNC_NAMES):
-        setattr(cls, name, getattr(Store, f"a{name}"))
+        setattr(cls, name, getattr(BaseDb, f"a{name}"))
     return cls
 
 
@@ -317,7 +318,7 @@ class AsyncSqliteDb(SqliteDb):
     """SqliteDb for async code, as Agno's: its own accessors are coroutines (`await db.get_session(...)`)."""
 
 
-class PostgresDb(Store):
+class PostgresDb(BaseDb):
     """A PostgreSQL database by URL (postgresql+psycopg://, postgresql://, postgres://); `session_table`
     is a schema of that name."""
 

@@ -17,7 +17,7 @@ from sessions_core import Agent, search
 from sessions_core.llm import OfflineModel
 from sessions_core.models import ChatSession, Message, Run
 from chatapp.templatetags.search_snippets import marked
-from sessions_core.search import InvalidCursor, Snippet, parse_query, search_sessions
+from sessions_core.search import InvalidCursor, Snippet, fts5, parse_query, search_sessions, similarity
 from tests.factories import make_run, make_session
 
 
@@ -197,6 +197,24 @@ class TestTypos(SearchTestCase):
         assert search.title_similarity(["panckaes"], "Pancakes for Sunday") == 0.875
         assert search.title_similarity(["pcnkaaes"], "Pancakes") < search.TITLE_SIMILARITY  # three edits
 
+    def test_sqlites_trigram_figure_is_pg_trgms_word_similarity(self):
+        """SQLite has no pg_trgm: similarity.word_similarity computes its figure (the expected values are
+        what PostgreSQL's word_similarity returns, and the PostgreSQL pass asks it)."""
+        expected = {
+            ("recipies", "Pasta recipes for winter"): 0.555556,
+            ("panckaes", "Pancakes for Sunday"): 0.444444,
+            ("itinerery", "Holiday itinerary"): 0.6,
+            ("budget plan", "Quarterly budget review"): 0.583333,
+            ("word", "two words here"): 0.8,
+            ("sunday pancakes", "Pancakes for Sunday"): 0.8,
+        }
+        assert {pair: round(similarity.word_similarity(*pair), 6) for pair in expected} == expected
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                for pair, figure in expected.items():
+                    cursor.execute("SELECT word_similarity(%s, %s)", pair)
+                    assert round(cursor.fetchone()[0], 6) == figure
+
     def test_a_dissimilar_title_is_not_a_typo_match(self):
         make_session(self.alice, name="Quarterly budget review")
         assert search_sessions(self.alice, "recipies").is_empty
@@ -371,7 +389,7 @@ class TestPagination(SearchTestCase):
                         .values_list("pk", flat=True))
         assert self.collect("mango", limit=2) == expected
         # SQLite has two plans (start from the index, or walk the sessions): both give the same pages.
-        with mock.patch.object(search, "FTS5_DRIVING_LIMIT", 1):
+        with mock.patch.object(fts5, "FTS5_DRIVING_LIMIT", 1):
             assert self.collect("mango", limit=2) == expected
 
     def test_a_forged_cursor_is_rejected(self):
@@ -649,15 +667,15 @@ class TestMessagesAreIndexedBySearch(TransactionTestCase):
 
         def the_other_search_first(using):
             """Between this search's check and its catch-up, another search indexes everything."""
-            with mock.patch.object(search, "transaction", transaction):
-                search._index_new_messages(using)
+            with mock.patch.object(fts5, "transaction", transaction):
+                fts5.index_new_messages(using)
             return transaction.atomic(using=using)
 
         if LAZY_INDEX:
-            with mock.patch.object(search, "transaction", mock.Mock(atomic=the_other_search_first)):
+            with mock.patch.object(fts5, "transaction", mock.Mock(atomic=the_other_search_first)):
                 assert self.found("narwhal") == [message.pk]
         else:  # there is no catch-up to race: searches only read the column the insert filled
-            with mock.patch.object(search, "_index_new_messages", side_effect=AssertionError("no catch-up")):
+            with mock.patch.object(fts5, "index_new_messages", side_effect=AssertionError("no catch-up")):
                 assert self.found("narwhal") == [message.pk]
                 assert self.found("narwhal") == [message.pk]
         assert_index_is_exact()  # indexed once

@@ -569,13 +569,12 @@ def containers(node):
 class TestStateFunctions(SimpleTestCase):
     """The pure functions in sessions_core/state.py."""
 
-    def test_merge_state_does_not_touch_its_inputs(self):
+    def test_merge_owned_layers_defaults_stored_and_run_state_without_changing_them(self):
         defaults, stored, run = {"a": {"x": [1]}}, {"a": {"y": 2}}, {"a": {"z": 3}}
 
-        merged = state_module.merge_state(defaults, stored, run)
-        merged["a"]["x"].append(99)
-
-        assert merged == {"a": {"x": [1, 99], "y": 2, "z": 3}}
+        assert state_module.merge_owned(defaults, stored, run) == {"a": {"x": [1], "y": 2, "z": 3}}
+        assert state_module.merge_owned(defaults, stored, run, overwrite=True) == {"a": {"x": [1], "z": 3}}
+        assert state_module.merge_owned(defaults, stored, None, overwrite=True) == {"a": {"x": [1], "y": 2}}
         assert defaults == {"a": {"x": [1]}} and stored == {"a": {"y": 2}} and run == {"a": {"z": 3}}
 
     def test_to_json_names_the_key_and_the_type(self):

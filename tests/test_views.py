@@ -8,7 +8,7 @@ from html import escape as html_escape
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import get_channel_layer
 from django.contrib.messages import get_messages
 from django.db import connection
@@ -94,6 +94,37 @@ def test_another_users_session_is_a_404_and_untouched(client, alice_bob, method,
     assert (bobs_now.name, bobs_now.name_source, bobs_now.pinned_at) == ("Bob's secret", "", None)
     assert bobs_now.session_state == {"secret": 1} and bobs_now.state_version == 0
     assert b"private" not in response.content
+
+
+async def read_stream(response) -> bytes:
+    return b"".join([part async for part in response.streaming_content])
+
+
+GET_URLS = [(name, data) for method, name, data in SESSION_URLS + OTHER_URLS if method == "get"]
+WRITES = re.compile(r"^\s*(INSERT|UPDATE|DELETE|REPLACE)\b", re.IGNORECASE)
+FTS5_INDEX = re.compile(r"\bsessions_core_message_fts(_mark)?\b")
+
+
+@pytest.mark.parametrize(("name", "data"), GET_URLS)
+def test_a_get_writes_nothing(client, db, name, data):
+    """A GET reads: a page over a run whose process stopped shows it interrupted without storing it, and
+    `?run=` on another version offers it without switching. The one write allowed is SQLite's search
+    index catching up with new messages (derived data, sessions_core.search.fts5)."""
+    alice = make_user("alice")
+    session = make_session(owner=alice, name="Groceries", session_state={"list": ["milk"]}, state_version=0)
+    earlier = make_run(session, user_text="add milk", reply="Added milk.")
+    make_run(session, user_text="add eggs", reply=None, status=RunStatus.RUNNING)  # its process stopped
+    client.force_login(alice)
+    url = session_url(name, session) if any(name == n for _, n, _ in SESSION_URLS) else reverse(name)
+    query = {"run": earlier.run_id} if name == "chat:session" else data
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, query)
+        if response.streaming:  # an export: its queries run as it is read
+            async_to_sync(read_stream)(response)
+    assert response.status_code in (200, 302)
+    writes = [q["sql"] for q in queries if WRITES.match(q["sql"]) and not FTS5_INDEX.search(q["sql"])]
+    assert writes == []
+    assert Run.objects.filter(session=session, status=RunStatus.RUNNING).count() == 1
 
 
 @pytest.mark.parametrize(("method", "name", "data"), SESSION_URLS + OTHER_URLS)
