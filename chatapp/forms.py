@@ -8,7 +8,7 @@ from django import forms
 from django.conf import settings
 
 from sessions_core import limits
-from sessions_core.storable import storable
+from sessions_core.storable import replace_unstorable
 
 from .assistants import ASSISTANTS
 
@@ -24,7 +24,7 @@ def message_text(value) -> str:
     checked here alike."""
     if not isinstance(value, str) or not value.strip():
         raise MessageTextError("Type a message first.")
-    text = storable(value.replace("\r\n", "\n").strip())
+    text = replace_unstorable(value.replace("\r\n", "\n").strip())
     limit = settings.CHAT_MAX_MESSAGE_CHARS
     if len(text) > limit:
         raise MessageTextError(f"The message is {len(text):,} characters long; the limit is {limit:,}.")

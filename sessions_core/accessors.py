@@ -26,7 +26,7 @@ from .owners import owned_session, required_session_id, sessions_of, user_label,
 from .requirements import RunRequirement
 from .review import requirement_from_dict
 from .run import lifecycle
-from .storable import storable
+from .storable import replace_unstorable
 from .summary import SessionSummary
 
 
@@ -228,7 +228,7 @@ class SessionAccessors:
         app titles workflow sessions like any other this way)."""
         if not autogenerate and not (session_name and session_name.strip()):
             raise ValueError("No session name provided")
-        session_name = storable(session_name or "")
+        session_name = replace_unstorable(session_name or "")
         source = NameSource.USER
         if autogenerate:
             if model is not None:

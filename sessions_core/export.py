@@ -35,7 +35,7 @@ from . import limits
 from . import state as state_module
 from .model_api import TOOL_FIELD_CHARS
 from .models import ChatSession, Message, NameSource, Role, Run, RunKind, RunStatus, SessionKind, StateChange
-from .storable import storable, storable_tree
+from .storable import replace_unstorable, replace_unstorable_tree
 
 BATCH_RUNS = 200
 FORMAT_VERSION = 1
@@ -392,7 +392,7 @@ def read_import(data: bytes | str) -> list[ImportedSession]:
         raise ImportRefused(f"Not a chat export this app wrote: {where}: {error['msg']}.") from None
     sessions = document.sessions if isinstance(document, _ExportIn) else [document]
     for session in sessions:
-        session.session_state = storable_tree(session.session_state)
+        session.session_state = replace_unstorable_tree(session.session_state)
         try:
             state_module.dumps(session.session_state)  # over CHAT_MAX_STATE_BYTES: the whole import is refused
         except state_module.StateLimitError as exc:
@@ -410,7 +410,7 @@ def store_import(sessions: list[ImportedSession], user,
 
     Every session, run and message gets a new id (a document cannot reach another user's rows or
     collide with any), the state becomes version 1 (its change recorded as "import"), runs that were
-    still running count as interrupted, and text goes through `storable`.
+    still running count as interrupted, and text goes through `replace_unstorable`.
     """
     stored: list[ChatSession] = []
     imported = Imported()
@@ -462,12 +462,12 @@ def _import_memories(memories: list[_MemoryIn], user) -> int:
     had = {memory.memory for memory in memory_store.list_memories(user, "default")}
     added = 0
     for memory in memories:
-        text = storable(memory.memory).strip()
+        text = replace_unstorable(memory.memory).strip()
         if not text or text in had:
             continue
         try:
             memory_store.add_memory(user, text, memory.topics, "default", source=memory_store.Source.IMPORT,
-                                    input=storable(memory.input or ""), created_at=_aware(memory.created_at))
+                                    input=replace_unstorable(memory.input or ""), created_at=_aware(memory.created_at))
         except ValueError as exc:
             raise ImportRefused(f"The memory “{text[:60]}”: {exc}") from None
         had.add(text)
@@ -500,10 +500,10 @@ def _import_batch(batch: list[_SessionIn], user) -> list[ChatSession]:
                 seq[session.pk] += 1
                 messages.append(Message(
                     session=session, run=stored, seq=seq[session.pk], role=message.role,
-                    content=storable(message.content),
-                    tool_calls=message.tool_calls and [storable_tree(call.model_dump()) for call in message.tool_calls],
-                    tool_call_id=storable(message.tool_call_id)[:TOOL_FIELD_CHARS],
-                    tool_name=storable(message.tool_name)[:TOOL_FIELD_CHARS], tool_error=message.tool_error,
+                    content=replace_unstorable(message.content),
+                    tool_calls=message.tool_calls and [replace_unstorable_tree(call.model_dump()) for call in message.tool_calls],
+                    tool_call_id=replace_unstorable(message.tool_call_id)[:TOOL_FIELD_CHARS],
+                    tool_name=replace_unstorable(message.tool_name)[:TOOL_FIELD_CHARS], tool_error=message.tool_error,
                     created_at=message.created_at or stored.created_at,
                 ))
         level = [(step, stored, session)
@@ -514,12 +514,12 @@ def _import_batch(batch: list[_SessionIn], user) -> list[ChatSession]:
 
 
 def _imported_session(data: _SessionIn, user, now) -> ChatSession:
-    name = storable(_line(data.name))[:200]
+    name = replace_unstorable(_line(data.name))[:200]
     state = data.session_state  # storable, and within CHAT_MAX_STATE_BYTES (`read_import`)
     return ChatSession.objects.build(
-        owner=user, component_id=storable(data.assistant)[:128], kind=data.kind, metadata=storable_tree(data.metadata),
+        owner=user, component_id=replace_unstorable(data.assistant)[:128], kind=data.kind, metadata=replace_unstorable_tree(data.metadata),
         name=name, name_source=NameSource.USER if name else NameSource.NONE,
-        summary=data.summary and storable_tree(data.summary.model_dump(mode="json")), created_at=data.created_at or now,
+        summary=data.summary and replace_unstorable_tree(data.summary.model_dump(mode="json")), created_at=data.created_at or now,
         last_activity_at=data.last_activity_at or data.created_at or now,
         session_state=state, state_version=1 if state else 0, last_seq=_messages(data.runs))
 
@@ -552,12 +552,12 @@ def _link_branches(runs: list[tuple[_RunIn, Run, ChatSession]]) -> None:
 
 def _imported_run(session: ChatSession, run: _RunIn, parent: Run | None, now) -> Run:
     return Run(
-        session=session, parent_run=parent, kind=run.kind, step_name=storable(run.step_name)[:200],
-        component_id=storable(run.component if run.component is not None else session.component_id)[:128],
+        session=session, parent_run=parent, kind=run.kind, step_name=replace_unstorable(run.step_name)[:200],
+        component_id=replace_unstorable(run.component if run.component is not None else session.component_id)[:128],
         status=RunStatus.INTERRUPTED if run.status == RunStatus.RUNNING else run.status,
-        input=storable(run.input if run.input is not None else _first_user_text(run)),
-        content=storable(run.content if run.content is not None else _reply_text(run)),
-        error=storable(run.error), model_id=storable(run.model)[:128], metrics=storable_tree(run.metrics),
+        input=replace_unstorable(run.input if run.input is not None else _first_user_text(run)),
+        content=replace_unstorable(run.content if run.content is not None else _reply_text(run)),
+        error=replace_unstorable(run.error), model_id=replace_unstorable(run.model)[:128], metrics=replace_unstorable_tree(run.metrics),
         abandoned=run.abandoned and parent is None,
         requirements=_imported_requirements(run.requirements),
         created_at=run.created_at or now,
@@ -569,7 +569,7 @@ def _imported_requirements(requirements: list[dict] | None) -> list[dict] | None
     shown waiting, and cannot be continued (its tools are not this app's to run)."""
     if not requirements:
         return None
-    return [{**storable_tree(requirement), "imported": True} for requirement in requirements]
+    return [{**replace_unstorable_tree(requirement), "imported": True} for requirement in requirements]
 
 
 def _aware(value: datetime | None) -> datetime | None:

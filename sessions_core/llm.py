@@ -20,7 +20,7 @@ from django.conf import settings
 from . import bridge
 from .model_api import TOOL_FIELD_CHARS, Model, ModelChunk, ModelError, ToolCall
 from .offline_model import OfflineModel
-from .storable import storable, storable_json
+from .storable import replace_unstorable, replace_unstorable_json
 
 __all__ = ["Model", "ModelChunk", "ModelError", "OfflineModel", "OpenAIChat", "ToolCall", "default_model"]
 
@@ -146,7 +146,7 @@ class OpenAIChat(Model):
         content = message.get("content") if isinstance(message, dict) else None
         if content is not None and not isinstance(content, str):
             raise ModelError(f"The model server sent malformed data: a message content of {content!r:.200}")
-        return storable(content or "")
+        return replace_unstorable(content or "")
 
     def _error(self, exc: Exception) -> ModelError:
         """Translate an SDK or transport failure into words."""
@@ -266,7 +266,7 @@ class _StreamedReply:
         delta = choice.get("delta") or {}
         for position, fragment in enumerate(delta.get("tool_calls") or ()):
             self._add_tool_fragment(fragment.get("index", position), fragment)
-        return storable(delta.get("content") or "")
+        return replace_unstorable(delta.get("content") or "")
 
     def _add_tool_fragment(self, index: int, fragment: dict) -> None:
         call = self.tool_calls.setdefault(index, {"id": "", "name": "", "arguments": []})
@@ -283,8 +283,8 @@ class _StreamedReply:
         # Ids and names are stored in columns of 128 characters (PostgreSQL refuses more; real ones are
         # far shorter): a longer one, cut here, stays the same in the call and in its result.
         calls = [
-            ToolCall(id=storable(call["id"])[:TOOL_FIELD_CHARS], name=storable(call["name"])[:TOOL_FIELD_CHARS],
-                     arguments=storable_json("".join(call["arguments"])) or "{}")
+            ToolCall(id=replace_unstorable(call["id"])[:TOOL_FIELD_CHARS], name=replace_unstorable(call["name"])[:TOOL_FIELD_CHARS],
+                     arguments=replace_unstorable_json("".join(call["arguments"])) or "{}")
             for _, call in sorted(self.tool_calls.items())
         ]
         return ModelChunk(

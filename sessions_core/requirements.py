@@ -20,7 +20,7 @@ from typing import Any
 
 from . import limits
 from .state import copy_tree
-from .storable import storable, storable_tree
+from .storable import replace_unstorable, replace_unstorable_tree
 
 _TYPES = {"str": str, "int": int, "float": float, "bool": bool, "list": list, "dict": dict}
 
@@ -163,7 +163,7 @@ class RunRequirement:
             raise ValueError("This requirement does not require confirmation")
         if note is not None:
             limits.check_size(str(note), "The note")
-            note = storable(str(note))
+            note = replace_unstorable(str(note))
         self.confirmation = self.tool_execution.confirmed = False
         self.confirmation_note = self.tool_execution.confirmation_note = note
 
@@ -176,7 +176,7 @@ class RunRequirement:
         if unknown:
             raise ValueError(f"{self.tool_execution.tool_name} has no input field named {', '.join(unknown)}")
         limits.check_tree(values, "The user input")
-        values = storable_tree(dict(values))
+        values = replace_unstorable_tree(dict(values))
         try:
             json.dumps(values)
         except (TypeError, ValueError) as exc:
@@ -192,7 +192,7 @@ class RunRequirement:
             raise ValueError("This requirement does not require external execution")
         text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=str)
         limits.check_size(text, "The external execution result")
-        self.external_execution_result = self.tool_execution.result = storable(text)
+        self.external_execution_result = self.tool_execution.result = replace_unstorable(text)
 
     @classmethod
     def for_call(cls, call_id: str, args: dict, function) -> RunRequirement:

@@ -25,7 +25,7 @@ from . import limits
 from .errors import Cancelled, ChildPaused, Paused
 from .requirements import RunRequirement, _parse_time, _time
 from .steps import Step, StepInput, StepOutput, content_text, deepest_content
-from .storable import storable, storable_tree
+from .storable import replace_unstorable, replace_unstorable_tree
 
 ON_REJECT = ("skip", "cancel")
 FIELD_TYPES = {"str": str, "int": int, "float": float, "bool": bool}
@@ -76,7 +76,7 @@ def check_value(item: dict, value: Any) -> Any:
         raise ValueError(f"{name} must be of type {kind.__name__}.")
     if kind is str:
         limits.check_size(value, f"The field {name}")
-        value = storable(value)
+        value = replace_unstorable(value)
     allowed = item.get("allowed_values")
     if allowed and value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}.")
@@ -154,7 +154,7 @@ class StepRequirement:
             raise ValueError("This requirement does not require confirmation")
         if feedback is not None:
             limits.check_size(str(feedback), "The note")
-            feedback = storable(str(feedback))
+            feedback = replace_unstorable(str(feedback))
         self.confirmed, self.rejection_feedback = False, feedback
 
     def set_user_input(self, validate: bool = True, **values) -> None:
@@ -168,7 +168,7 @@ class StepRequirement:
         if validate:
             values = {name: check_value(schema[name], value) for name, value in values.items()}
         limits.check_tree(values, "The user input")
-        self.user_input = {**(self.user_input or {}), **storable_tree(values)}
+        self.user_input = {**(self.user_input or {}), **replace_unstorable_tree(values)}
 
     def get_user_input(self, name: str) -> Any:
         return (self.user_input or {}).get(name)

@@ -18,7 +18,7 @@ import jsonpatch
 import orjson
 
 from . import limits
-from .storable import is_storable, storable_json, without_escaped_nul
+from .storable import is_storable, replace_unstorable_json, without_escaped_nul
 
 # Visible to tools, hooks, templates and the state block during a run; never persisted or returned.
 # (A workflow run adds the workflow's id and name.)
@@ -132,7 +132,7 @@ def _dumps(state: Mapping) -> str:
         # state through the strict json module (a None in the state, or the word in a string, costs time only).
         if b"null" not in text:
             return without_escaped_nul(text.decode())  # orjson refuses lone surrogates: NUL is all there is
-    return storable_json(_json_module_dumps(state))
+    return replace_unstorable_json(_json_module_dumps(state))
 
 
 def _json_module_dumps(state: Mapping) -> str:

@@ -30,7 +30,8 @@ def is_storable(text: str) -> bool:
     return "\x00" not in text and not _has_surrogate(text)
 
 
-def storable(text: str) -> str:
+def replace_unstorable(text: str) -> str:
+    """`text` with each NUL and each lone surrogate replaced by U+FFFD (itself when there are none)."""
     if "\x00" in text:
         text = text.replace("\x00", REPLACEMENT)
     if _has_surrogate(text):
@@ -38,14 +39,14 @@ def storable(text: str) -> str:
     return text
 
 
-def storable_json(text: str) -> str:
-    """JSON text whose strings are `storable`: an escaped NUL, and a raw surrogate, become U+FFFD.
+def replace_unstorable_json(text: str) -> str:
+    """JSON text whose strings went through `replace_unstorable`: an escaped NUL, and a raw surrogate, become U+FFFD.
 
     JSON text cannot hold a raw NUL (it is escaped). A surrogate escape (`\\ud800`) is left alone:
     the encoders here write characters raw (orjson; the json module with ensure_ascii=False), and a
-    parsed value that holds one goes through `storable` where it is stored.
+    parsed value that holds one goes through `replace_unstorable` where it is stored.
     """
-    return storable(without_escaped_nul(text))
+    return replace_unstorable(without_escaped_nul(text))
 
 
 def without_escaped_nul(text: str) -> str:
@@ -53,12 +54,12 @@ def without_escaped_nul(text: str) -> str:
     return _ESCAPED_NUL.sub(r"\1\\ufffd", text) if "\\u0000" in text else text
 
 
-def storable_tree(value):
-    """A parsed JSON value with every string (and key) `storable`."""
+def replace_unstorable_tree(value):
+    """A parsed JSON value with every string (and key) through `replace_unstorable`."""
     if isinstance(value, str):
-        return storable(value)
+        return replace_unstorable(value)
     if isinstance(value, list):
-        return [storable_tree(item) for item in value]
+        return [replace_unstorable_tree(item) for item in value]
     if isinstance(value, dict):
-        return {storable(key): storable_tree(item) for key, item in value.items()}
+        return {replace_unstorable(key): replace_unstorable_tree(item) for key, item in value.items()}
     return value

@@ -22,7 +22,7 @@ from asgiref.sync import async_to_sync
 from . import limits
 from .bridge import call_sync
 from .requirements import UserInputField
-from .storable import storable
+from .storable import replace_unstorable
 
 logger = logging.getLogger("sessions_core")
 
@@ -318,7 +318,7 @@ def result_text(result: Any) -> str:
         limits.check_tree(result, "The tool's result")  # before the (recursive) encoder walks it
     text = _result_text(result)
     limits.check_size(text, "The tool's result")
-    return storable(text)
+    return replace_unstorable(text)
 
 
 def _result_text(result: Any) -> str:

@@ -266,7 +266,7 @@ class TestStoredQueue(LiveTaskTests):
     """Messages waiting for their run are the engine's queued runs: a process that stops (a restart, a crash)
     does not take them with it, the next process to serve the session runs them, and none runs twice."""
 
-    async def orphan(self, text: str) -> Run:
+    async def unclaimed(self, text: str) -> Run:
         """A message left queued by a process that has stopped: a queued run no process waits for."""
         return await sync_to_async(lifecycle.enqueue)(self.session, text)
 
@@ -287,11 +287,11 @@ class TestStoredQueue(LiveTaskTests):
 
     async def test_messages_left_by_a_stopped_process_run_here_in_order(self):
         self.llm.responder = echo_reply
-        first, second = await self.orphan("left one"), await self.orphan("left two")
+        first, second = await self.unclaimed("left one"), await self.unclaimed("left two")
         session = await ChatSession.objects.aget(pk=self.session.pk)
         channel = await self.listen(session_group(session.pk))
         assert "left one" in rendering.render_queue(await live.queued(session.pk))  # the page shows them queued meanwhile
-        assert await live.adopt_orphans(session)
+        assert await live.take_over_unclaimed(session)
         messages = await self.collect_until_done(channel, 2)
         await settle()
         runs = [(r.run_id, r.input, r.content) async for r in Run.objects.filter(session=session).order_by("pk")]
@@ -301,14 +301,14 @@ class TestStoredQueue(LiveTaskTests):
         assert any(f"queued-{second.run_id}" in html for html in removed)
 
     async def test_an_orphan_taken_over_while_a_run_holds_the_session_waits_its_turn(self):
-        orphan = await self.orphan("waiting")
+        unclaimed = await self.unclaimed("waiting")
         await ChatSession.objects.filter(pk=self.session.pk).aupdate(
             lease_token="elsewhere", lease_expires_at=timezone.now() + timedelta(seconds=30))
         session = await ChatSession.objects.aget(pk=self.session.pk)
-        assert await live.adopt_orphans(session)
-        await until_true(lambda: Run.objects.filter(pk=orphan.pk, claimed_until__isnull=False).aexists())
-        assert await sync_to_async(lifecycle.orphans)(session.pk) == []  # this process waits for it now
-        assert await live.stop(session, queued_id=orphan.run_id)
+        assert await live.take_over_unclaimed(session)
+        await until_true(lambda: Run.objects.filter(pk=unclaimed.pk, claimed_until__isnull=False).aexists())
+        assert await sync_to_async(lifecycle.unclaimed)(session.pk) == []  # this process waits for it now
+        assert await live.stop(session, queued_id=unclaimed.run_id)
         await settle()
         assert not await Run.objects.aexists() and self.llm.requests == []
 
@@ -319,18 +319,18 @@ class TestStoredQueue(LiveTaskTests):
         waiting = await Run.objects.acreate(session=self.session, status=RunStatus.QUEUED, input="left waiting",
                                             claimed_until=timezone.now() + timedelta(seconds=0.2))
         session = await ChatSession.objects.aget(pk=self.session.pk)
-        assert not await live.adopt_orphans(session)  # still claimed
-        await queue.adopt_when_orphaned(session)  # returns once nothing waits elsewhere
+        assert not await live.take_over_unclaimed(session)  # still claimed
+        await queue.take_over_when_unclaimed(session)  # returns once nothing waits elsewhere
         await settle()
         run = await Run.objects.aget(pk=waiting.pk)
         assert (run.status, run.content) == (RunStatus.COMPLETED, "reply left waiting")
 
     async def test_two_adoptions_at_once_run_each_message_once(self):
         self.llm.responder = echo_reply
-        await self.orphan("only once")
+        await self.unclaimed("only once")
         session = await ChatSession.objects.aget(pk=self.session.pk)
         channel = await self.listen(session_group(session.pk))
-        await asyncio.gather(live.adopt_orphans(session), live.adopt_orphans(session))
+        await asyncio.gather(live.take_over_unclaimed(session), live.take_over_unclaimed(session))
         await self.collect_until_done(channel, 1)
         await settle()
         assert [r.input async for r in Run.objects.filter(session=session)] == ["only once"]
@@ -338,12 +338,12 @@ class TestStoredQueue(LiveTaskTests):
         assert [r["messages"][-1]["content"] for r in replies].count("only once") == 1
 
     async def test_a_message_queued_in_another_process_can_be_dropped_from_here(self):
-        orphan = await self.orphan("never mind")
+        unclaimed = await self.unclaimed("never mind")
         session = await ChatSession.objects.aget(pk=self.session.pk)
         channel = await self.listen(session_group(session.pk))
-        assert await live.stop(session, queued_id=orphan.run_id)
+        assert await live.stop(session, queued_id=unclaimed.run_id)
         removed = await self.next_message(channel, lambda m: 'hx-swap-oob="delete"' in m.get("html", ""))
-        assert f'<li id="queued-{orphan.run_id}" hx-swap-oob="delete">' in removed["html"]
+        assert f'<li id="queued-{unclaimed.run_id}" hx-swap-oob="delete">' in removed["html"]
         assert not await Run.objects.aexists()
 
     async def test_another_sessions_queued_message_cannot_be_dropped(self):

@@ -164,20 +164,20 @@ class TestQueue(EngineTestMixin, TransactionTestCase):
     def test_a_queued_run_survives_a_restart_of_its_server_and_runs(self):
         # What a process that stopped while its run waited leaves behind: a queued row whose claim expired.
         session = make_session(owner=make_user("ann"), session_id="s", component_id="tester")
-        orphan = Run.objects.create(session=session, status=RunStatus.QUEUED, input="sent before the restart",
+        unclaimed = Run.objects.create(session=session, status=RunStatus.QUEUED, input="sent before the restart",
                                     claimed_until=timezone.now() - timedelta(seconds=1))
-        assert [run.pk for run in lifecycle.orphans(session.pk)] == [orphan.pk]
+        assert [run.pk for run in lifecycle.unclaimed(session.pk)] == [unclaimed.pk]
         self.llm.add(Text("Answered after the restart."))
 
-        output = self.agent().run(None, session_id="s", user_id="ann", run_id=orphan.run_id)
+        output = self.agent().run(None, session_id="s", user_id="ann", run_id=unclaimed.run_id)
 
         assert (output.status, output.content, output.run_id) == ("completed", "Answered after the restart.",
-                                                                   orphan.run_id)
+                                                                   unclaimed.run_id)
         assert self.sent_pairs() == [("user", "sent before the restart")]
         # Stored with the model that answered it (a message queued for later names none).
-        assert Run.objects.values_list("pk", "status", "model_id").get() == (orphan.pk, RunStatus.COMPLETED,
+        assert Run.objects.values_list("pk", "status", "model_id").get() == (unclaimed.pk, RunStatus.COMPLETED,
                                                                            self.model.id)
-        assert lifecycle.orphans(session.pk) == []
+        assert lifecycle.unclaimed(session.pk) == []
 
     def test_a_queued_run_whose_process_is_alive_is_not_taken_over(self):
         session = make_session(owner=make_user("ann"), session_id="s", component_id="tester")

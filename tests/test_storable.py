@@ -8,7 +8,7 @@ from sessions_core import RunContext
 from sessions_core import state as state_module
 from sessions_core.models import ChatSession, Message, Run, StateChange
 from sessions_core.search import search_sessions
-from sessions_core.storable import storable, storable_json
+from sessions_core.storable import replace_unstorable, replace_unstorable_json
 from tests.engine_helpers import EngineTestMixin, make_users
 from tests.llm_server import Error, Text, ToolCalls
 
@@ -110,8 +110,8 @@ class TestLoneSurrogatesAreReplaced(EngineTestMixin, TestCase):
 
 class TestStorableText(SimpleTestCase):
     def test_storable_replaces_nul_and_lone_surrogates_and_joins_pairs(self):
-        assert storable("a\x00b\ud800c\udc00d\ud83d\ude00") == "a\ufffdb\ufffdc\ufffdd\U0001f600"
-        assert storable("plain caf\u00e9") == "plain caf\u00e9"
+        assert replace_unstorable("a\x00b\ud800c\udc00d\ud83d\ude00") == "a\ufffdb\ufffdc\ufffdd\U0001f600"
+        assert replace_unstorable("plain caf\u00e9") == "plain caf\u00e9"
 
     def test_storable_json_only_escapes_that_stand_for_nul(self):
         cases = {
@@ -124,7 +124,7 @@ class TestStorableText(SimpleTestCase):
         }
         for text, expected in cases.items():
             with self.subTest(text=text):
-                assert storable_json(text) == expected
+                assert replace_unstorable_json(text) == expected
 
     def test_dumps_and_to_json(self):
         assert state_module.to_json({"a\x00": ["b\x00", "\\u0000"]}) == {"a\ufffd": ["b\ufffd", "\\u0000"]}

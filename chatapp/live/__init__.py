@@ -24,9 +24,9 @@ from . import runner
 from .actions import find_run, regenerate, retry, stop, switch_branch
 from .answers import answer
 from .follower import ID_MAX, Follower
-from .queue import adopt_orphans, queued, submit
+from .queue import take_over_unclaimed, queued, submit
 
-__all__ = ["ID_MAX", "Follower", "adopt_orphans", "answer", "find_run", "queued", "regenerate", "retry", "stop", "submit",
+__all__ = ["ID_MAX", "Follower", "take_over_unclaimed", "answer", "find_run", "queued", "regenerate", "retry", "stop", "submit",
            "switch_branch", "wait_idle"]
 
 

@@ -122,7 +122,7 @@ class Follower:
         # Messages queued in a process that has stopped run now, here (the page sees them start); those
         # another process waits for, once their claims run out should it stop.
         if idle and rows:
-            await queue.adopt_orphans(self.session)
+            await queue.take_over_unclaimed(self.session)
             self._watch_queue()
         if snapshot is not None:
             # The run so far, the status line, and (the page drew the stored state) the run's state changes.
@@ -153,7 +153,7 @@ class Follower:
         while (left := await leases.lease_left(pk, self.session.owner_id)) is not None:
             await asyncio.sleep(left + settings.CHAT_LEASE_GRACE_SECONDS)  # a deadline, not a wait on a condition
         settled = await leases.settle_abandoned(pk)
-        await queue.adopt_orphans(self.session)
+        await queue.take_over_unclaimed(self.session)
         self._watch_queue()
         html, _ = await dbthreads.run(fragments.missed, pk, None, run_id, "")  # its final form, whoever ended it
         if html:
@@ -162,7 +162,7 @@ class Follower:
 
     def _watch_queue(self) -> None:
         if self.queue_watcher is None or self.queue_watcher.done():
-            self.queue_watcher = asyncio.create_task(queue.adopt_when_orphaned(self.session),
+            self.queue_watcher = asyncio.create_task(queue.take_over_when_unclaimed(self.session),
                                                      name=f"chat-queue-watch-{self.session.pk}")
 
     def _ended(self, run_id: str) -> None:

@@ -1,11 +1,11 @@
 """The messages waiting for their run, as the web sees them. The engine owns the queue
 (sessions_core/run/lifecycle.py): a message sent while its session's run is in flight is a queued `Run`
 row, with its text, that starts in order whichever process sent it, and a queued run whose process
-stopped (a restart) is taken over by the next process that serves the session (`adopt_orphans`).
+stopped (a restart) is taken over by the next process that serves the session (`take_over_unclaimed`).
 
     submit(session, user, text, branch=None) -> Prompt   hand a message to a run task of its own
-    adopt_orphans(session) -> bool                       run the queued runs no process waits for
-    adopt_when_orphaned(session)                         ...and those of other processes as their claims run out
+    take_over_unclaimed(session) -> bool                       run the queued runs no process waits for
+    take_over_when_unclaimed(session)                         ...and those of other processes as their claims run out
     waiting(session_pk) / queued(session_pk)             the queued runs, oldest first (sync / async)
     store_first_message(session, text)                   a new chat's first message, for its page to run
 
@@ -54,26 +54,26 @@ async def queued(session_pk: int) -> list[Run]:
 
 
 def store_first_message(session: ChatSession, text: str) -> None:
-    """A new chat's first message, queued for the chat's page: its socket runs it (`adopt_orphans`)."""
+    """A new chat's first message, queued for the chat's page: its socket runs it (`take_over_unclaimed`)."""
     lifecycle.enqueue(session, text)
 
 
-async def adopt_orphans(session: ChatSession) -> bool:
+async def take_over_unclaimed(session: ChatSession) -> bool:
     """Run here, in order, the session's queued runs no process waits for (the process that queued them has
     stopped, or a new chat's first message). True if there were any. Another process taking one over at
     the same moment wins it or loses it whole (the engine claims it)."""
-    orphans = await sync_to_async(lifecycle.orphans)(session.pk)
-    if not orphans:
+    unclaimed = await sync_to_async(lifecycle.unclaimed)(session.pk)
+    if not unclaimed:
         return False
     owner = await get_user_model().objects.filter(pk=session.owner_id).afirst()
-    for run in orphans:
-        item = Prompt(text=run.input, user=owner, run_id=run.run_id, adopt=True)
+    for run in unclaimed:
+        item = Prompt(text=run.input, user=owner, run_id=run.run_id, take_over=True)
         runner.name_new_chat(session, item)
         runner.start(session.pk, session.owner_id, item)
     return True
 
 
-async def adopt_when_orphaned(session: ChatSession) -> None:
+async def take_over_when_unclaimed(session: ChatSession) -> None:
     """Take over the session's queued runs that another process waits for if that process stops (their
     claims run out), until none is left waiting elsewhere."""
     while True:
@@ -82,4 +82,4 @@ async def adopt_when_orphaned(session: ChatSession) -> None:
         if left is None:
             return
         await asyncio.sleep(left + settings.CHAT_LEASE_GRACE_SECONDS)  # a deadline, not a wait on a condition
-        await adopt_orphans(session)
+        await take_over_unclaimed(session)

@@ -59,7 +59,7 @@ class Prompt:
     fallback_title: str = ""  # the unnamed session's name from this message, stored with the run's end
     cancelled: bool = False
     run_id: str = ""  # its run's (given to the engine for a new message; a new version's, once it started)
-    adopt: bool = False  # a queued run whose process stopped, taken over (queue.adopt_orphans)
+    take_over: bool = False  # a queued run whose process stopped, taken over (queue.take_over_unclaimed)
     answers: list | None = None  # a paused run's answered requirements: the run `run_id` continues (answers.py)
     stored: asyncio.Event = field(default_factory=asyncio.Event)  # its run is stored (queued or started), or over
 
@@ -195,7 +195,7 @@ async def _read(agent, session: ChatSession, item: Prompt, events: asyncio.Queue
     options = dict(session_id=session.session_id, user_id=item.user, stream=True, stream_events=True)
     if item.answers is not None:
         stream = agent.acontinue_run(run_id=item.run_id, requirements=item.answers, **options)
-    elif item.adopt:
+    elif item.take_over:
         stream = agent.arun(None, run_id=item.run_id, **options)
     elif item.branch is None:
         stream = agent.arun(item.text, run_id=item.run_id, **options)
@@ -373,7 +373,7 @@ async def _started(session: ChatSession, item: Prompt, live: LiveRun, queued: bo
         html = (await dbthreads.run(fragments.stored_reply, pk, live.run_id) or ("",))[0]
     else:
         html = fragments.started_html(live.run)
-    if queued or item.adopt:
+    if queued or item.take_over:
         html += rendering.render_delete("li", f"queued-{live.run_id}")
     await abroadcast_to_session(pk, html + rendering.render_status(fragments.RUNNING_STATUS))
     # The sidebar row, running and at the top (with the fallback title of a new chat), as the engine's

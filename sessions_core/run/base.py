@@ -25,7 +25,7 @@ from ..models import Role, RunStatus
 from ..outputs import OUTPUT_CLASSES, RunOutput
 from ..owners import user_label
 from ..steps import content_text
-from ..storable import storable
+from ..storable import replace_unstorable
 from .model_loop import ModelLoop
 
 logger = logging.getLogger("sessions_core")
@@ -56,7 +56,7 @@ class BaseRun(ModelLoop):
         self.alias = config.alias
         self.model = config.model
         self.raw_input = input  # as given (a workflow's steps see it unchanged: text, a dict, a model)
-        self.input = storable(content_text(input))  # text as it is; a dict or a model's output as JSON
+        self.input = replace_unstorable(content_text(input))  # text as it is; a dict or a model's output as JSON
         self.session_id = session_id
         self.user_ref = user  # a username, a User or None; resolved to a User when a session is created
         self.user_id = user_label(user)

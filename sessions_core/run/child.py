@@ -24,7 +24,7 @@ from ..bridge import call_sync
 from ..events import BaseRunEvent
 from ..history import ChatMessage
 from ..models import Role, RunStatus
-from ..storable import storable
+from ..storable import replace_unstorable
 from . import lifecycle, store
 from .base import BaseRun
 from .model_loop import CHECKPOINT_SECONDS
@@ -129,7 +129,7 @@ class ChildRun(BaseRun):
         """Store this run's messages and outcome; the state and its changes wait for the root's finish."""
         self.finished = True
         out = self.output
-        self._settle_output(status, storable(error))
+        self._settle_output(status, replace_unstorable(error))
         await call_sync(self._finish_sync, status, out.error, self.stored_messages())
         out.session_state = json.loads(self.tracker.state_text)
         out.state_version = self.tracker.version

@@ -20,7 +20,7 @@ from django.utils import timezone
 from .. import state as state_module
 from ..bridge import call_sync
 from ..models import ChatSession, Run, RunStatus
-from ..storable import storable
+from ..storable import replace_unstorable
 from . import lifecycle, registry, store
 
 logger = logging.getLogger("sessions_core")
@@ -31,7 +31,7 @@ FINISH_RETRY_SECONDS = 10.0  # how long storing a run's outcome is tried again w
 async def finish(run, status: str, error: str) -> None:
     """Store how `run` (a RootRun) ended and set its output's state; the lease is released either way."""
     out = run.output
-    error = storable(error)
+    error = replace_unstorable(error)
     run._settle_output(status, error)
     keep_state = status in (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.PAUSED)
     try:
@@ -43,7 +43,7 @@ async def finish(run, status: str, error: str) -> None:
         # The database refused the outcome: say so on the run and free the session now, rather than
         # leave the run "running" and the next one waiting for the lease to expire.
         logger.exception("Run %s in session %s: its outcome could not be stored", run.run_id, run.session_id)
-        error = storable(f"The run's outcome could not be stored ({type(exc).__name__}: {exc}).")
+        error = replace_unstorable(f"The run's outcome could not be stored ({type(exc).__name__}: {exc}).")
         out.status, out.error, out.content = RunStatus.ERROR, error, error
         try:
             await call_sync(_store_failure, run, error)

@@ -6,7 +6,7 @@ run's status is made here:
 A run that finds its session's lease held (or live runs queued before it) is stored `queued`, with its
 input, and starts in order once the lease is free. The process waiting to start it renews the run's
 `claimed_until`; a queued run whose process has stopped is an orphan, which any process that serves
-the session may take over (`orphans`). A queued run that is cancelled never began: its row is deleted,
+the session may take over (`unclaimed`). A queued run that is cancelled never began: its row is deleted,
 so the transcript, the branches and the history never see it. A running run holds the session's lease
 and renews it with a heartbeat; a lease that expires means its process stopped, and the next start
 marks that run `interrupted`. `paused` (a run waiting for a person) holds no lease; `resume` moves it
@@ -128,7 +128,7 @@ def queue(alias: str, now, **fields) -> Run:
 
 def enqueue(session: ChatSession, text: str, alias: str = "default") -> Run:
     """A message to run on the session when a process next serves it (the web's new chat stores its first
-    message so, for the chat page to run): a queued run no process waits for yet (`orphans`)."""
+    message so, for the chat page to run): a queued run no process waits for yet (`unclaimed`)."""
     return _new(alias, RunStatus.QUEUED, session=session, kind=session.kind, component_id=session.component_id,
                 input=text)
 
@@ -145,11 +145,11 @@ def still_queued(run_pk: int, alias: str) -> bool:
         claimed_until=expiry(timezone.now())))
 
 
-def claim_orphan(run_id: str, session_pk: int, alias: str, now) -> Run | None:
+def claim_unclaimed(run_id: str, session_pk: int, alias: str, now) -> Run | None:
     """Take over a queued run of the session whose waiting process has stopped; None if it is not one."""
     runs = Run.objects.using(alias).filter(run_id=run_id, session_id=session_pk, status=RunStatus.QUEUED)
-    orphan = runs.filter(claimed_until__lte=now) | runs.filter(claimed_until__isnull=True)
-    if not orphan.update(claimed_until=expiry(now)):
+    unclaimed = runs.filter(claimed_until__lte=now) | runs.filter(claimed_until__isnull=True)
+    if not unclaimed.update(claimed_until=expiry(now)):
         return None
     return runs.get()
 
@@ -163,7 +163,7 @@ def claim_left(session_pk: int, alias: str = "default", exclude: tuple[str, ...]
     return None if earliest is None else (earliest - now).total_seconds()
 
 
-def orphans(session_pk: int, alias: str = "default", now=None) -> list[Run]:
+def unclaimed(session_pk: int, alias: str = "default", now=None) -> list[Run]:
     """The session's queued runs whose waiting process has stopped, oldest first: runs to take over
     (`Agent.arun(None, run_id=run.run_id, ...)` runs one with its stored input)."""
     runs = Run.objects.using(alias).filter(session_id=session_pk, status=RunStatus.QUEUED)

@@ -28,7 +28,7 @@ from ..history import ChatMessage
 from ..model_api import ModelChunk, ModelError
 from ..models import Role
 from ..requirements import RunRequirement, ToolExecution, paused_content
-from ..storable import storable, storable_tree
+from ..storable import replace_unstorable, replace_unstorable_tree
 from ..tools import call_tool, result_text, timed
 from . import background, lifecycle, registry
 
@@ -214,9 +214,9 @@ class ModelLoop:
                         call.name)
                     execution.result = result_text(result)
                 except limits.LimitExceeded as exc:  # a result over a limit fails the run
-                    execution.result, execution.tool_call_error, refused = storable(f"Error: {exc}"), True, exc
+                    execution.result, execution.tool_call_error, refused = replace_unstorable(f"Error: {exc}"), True, exc
                 except Exception as exc:  # a failing (or timed out) tool or hook is reported to the model
-                    execution.result = storable(f"Error: {type(exc).__name__}: {exc}")
+                    execution.result = replace_unstorable(f"Error: {type(exc).__name__}: {exc}")
                     execution.tool_call_error = True
                 # A tool may rebind run_context.session_state to a new dict: that dict is the state now.
                 tracker.working = run_context.session_state
@@ -311,7 +311,7 @@ def parse_arguments(call) -> tuple[dict, str | None, Exception | None]:
     try:
         limits.check_text(call.arguments or "{}", f"The arguments for {call.name}")
         # NUL and lone surrogates (JSON escapes carry both) become U+FFFD before a tool sees them.
-        args = storable_tree(json.loads(call.arguments or "{}"))
+        args = replace_unstorable_tree(json.loads(call.arguments or "{}"))
         if not isinstance(args, dict):
             raise ValueError("arguments must be a JSON object")
     except limits.LimitExceeded as exc:

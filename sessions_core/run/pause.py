@@ -104,7 +104,7 @@ class ContinuedRun(Answering, RootRun):
 
     def __init__(self, config, *, run_id: str, session_id: str, user, answers: list):
         super().__init__(config, None, session_id=session_id, user=user, session_state=None, run_id=run_id)
-        self.adopting = False  # (RootRun takes a run id without input for a queued run to take over)
+        self.taking_over = False  # (RootRun takes a run id without input for a queued run to take over)
         self.given = list(answers)
         self.answers: list = []  # the requirements this continuation answers, in order
 

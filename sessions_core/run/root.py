@@ -78,8 +78,8 @@ class RootRun(BaseRun):
         self.root = self
         self.run_state = session_state
         self.branch = branch  # (run id, "regenerate" | "edit"): a sibling of that run (branches.py)
-        # `arun(None, run_id=...)` of a queued run whose process stopped takes it over (lifecycle.orphans).
-        self.adopting = input is None and run_id is not None and branch is None
+        # `arun(None, run_id=...)` of a queued run whose process stopped takes it over (lifecycle.unclaimed).
+        self.taking_over = input is None and run_id is not None and branch is None
         self.lease_token = secrets.token_hex(16)
         self.queued_pk: int | None = None  # its row while it waits
         self.start = Start()
@@ -251,8 +251,8 @@ class RootRun(BaseRun):
                 session, created = store.new_session(self.session_id, self.user_ref, self.config, alias, now)
                 if created:  # nothing holds it, nothing waits on it
                     return self._start_on(session, now)
-            if self.adopting:
-                self._adopt(session, now)
+            if self.taking_over:
+                self._take_over(session, now)
             if self.queued_pk is not None and (registry.stop_requested(self.run_id)
                                                or not lifecycle.still_queued(self.queued_pk, alias)):
                 lifecycle.drop_queued(self.run_id, alias)  # cancelled while it waited (here, or anywhere)
@@ -266,12 +266,12 @@ class RootRun(BaseRun):
                 session.last_seq = store.next_seq_after_crash(session, alias)
             return self._start_on(session, now)
 
-    def _adopt(self, session: ChatSession, now) -> None:
+    def _take_over(self, session: ChatSession, now) -> None:
         """Take over the queued run `run_id` of this session, whose process stopped: its stored input runs."""
-        run = lifecycle.claim_orphan(self.run_id, session.pk, self.alias, now)
+        run = lifecycle.claim_unclaimed(self.run_id, session.pk, self.alias, now)
         if run is None:
             raise QueuedRunTakenError(self.run_id, self.session_id)
-        self.adopting = False
+        self.taking_over = False
         self.queued_pk = run.pk
         self.input = self.output.input = self.raw_input = run.input
 

@@ -12,7 +12,7 @@ from django.db.models import Max, Q
 from ..history import ChatMessage
 from ..models import ChatSession, Message, Role, Run, StateChange
 from ..owners import owned_session, resolve_user
-from ..storable import storable
+from ..storable import replace_unstorable
 from . import lifecycle, writes
 
 
@@ -41,7 +41,7 @@ def introduce(session: ChatSession, config, alias: str, now) -> None:
     as the assistant's; it is history and chat history like any other run. Once per session: only the
     run that creates the session stores it."""
     run = lifecycle.completed_new(alias, session=session, kind=config.kind, component_id=config.component_id,
-                                  content=storable(config.introduction), created_at=now, finished_at=now)
+                                  content=replace_unstorable(config.introduction), created_at=now, finished_at=now)
     message = ChatMessage(role=Role.ASSISTANT, content=run.content)
     rows, session.last_seq = message_rows(session.pk, run, [message], session.last_seq, now, run.run_id)
     insert_messages(rows, alias)

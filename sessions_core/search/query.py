@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..storable import storable
+from ..storable import replace_unstorable
 
 MAX_QUERY_CHARS = 500
 
@@ -46,7 +46,7 @@ class ParsedQuery:
 
 def parse_query(raw: str) -> ParsedQuery:
     """Split a search box entry into filters and websearch-style terms."""
-    raw = storable((raw or "")[:MAX_QUERY_CHARS])  # as stored: NUL matches the U+FFFD it became
+    raw = replace_unstorable((raw or "")[:MAX_QUERY_CHARS])  # as stored: NUL matches the U+FFFD it became
     pinned, assistants = False, []
     for match in _FILTER.finditer(raw):
         if match.group(1):

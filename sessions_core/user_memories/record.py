@@ -50,11 +50,11 @@ class UserMemory:
 
 def clean_text(text) -> str:
     """A memory's text as stored: stripped; empty or too long is a ValueError."""
-    from ..storable import storable
+    from ..storable import replace_unstorable
 
     if not isinstance(text, str) or not text.strip():
         raise ValueError("A memory needs some text.")
-    text = storable(text.strip())
+    text = replace_unstorable(text.strip())
     if len(text) > MEMORY_MAX_CHARS:
         raise ValueError(f"A memory is at most {MEMORY_MAX_CHARS} characters.")
     return text
