@@ -12,10 +12,11 @@ What it understands is the user's last message and the names of the tools on off
 * a tool the message names whose arguments a person gives ("schedule the delivery");
 * simple facts about the user, learnt, used and forgotten (`offline_memory.py`).
 
-A tool's role comes from the first word of its name: add/create/new, remove/delete/drop, list/show/get/view
-(no required parameter), clear/empty/reset or remove without a required parameter. Once the tools ran, it passes their
-results on as they are: each tool says what it did, or why it did nothing, in its own words. Anything else
-gets a reply saying it is the offline demo model and what it heard. Under a JSON schema it answers with a
+A tool's role comes from the first word of its name: add/create/new and remove/delete/drop (one required
+string, the item), list/show/get/view (no required parameter), clear/empty/reset (or remove, with no
+required parameter). Once the tools ran, it passes their results on as they are: each tool says what it
+did, or why it did nothing, in its own words. Anything else gets a reply saying it is the offline demo
+model and what it heard. Under a JSON schema it answers with a
 value that fits the schema (strings hold the user's words). Titles and session summaries come from the
 transcript's user lines.
 """
@@ -241,7 +242,7 @@ def _plan_turn(messages: list[dict], tools: list[dict]) -> tuple[str, list[tuple
         return _tool_results(messages) + _left_off(messages, said), []
     request = _parse_request(said)
     calls = _list_calls(request, _toolbox(tools)) if request else []
-    if avoided := offline_memory.disliked(messages, request.add if request else []):
+    if calls and (avoided := offline_memory.disliked(messages, request.add)):
         calls = [call for call in calls if not set(call[1].values()) & set(avoided)]
         if not calls:
             return _left_off(messages, said).strip(), []

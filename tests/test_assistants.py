@@ -170,7 +170,8 @@ class TestEndToEnd(TestCase):
 
     def test_the_notes_assistant_edits_its_own_state(self):
         session = make_session(owner=self.alice, component_id="notes")
-        self.llm.add(ToolCalls([("update_session_state", {"session_state_updates": {"shopping_list": ["milk", "eggs"]}})]),
+        updates = {"shopping_list": ["milk", "eggs"]}
+        self.llm.add(ToolCalls([("update_session_state", {"session_state_updates": updates})]),
                      Text("Your list: milk and eggs."))
         with self.served():
             output = get_assistant("notes").run("add milk and eggs", session_id=session.session_id, user_id=self.alice)

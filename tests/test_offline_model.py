@@ -154,6 +154,21 @@ def test_request_without_a_fitting_tool_gets_the_plain_answer():
     assert "offline demo model" in reply_text(chunks)
 
 
+def test_what_the_user_dislikes_is_left_off_the_list_and_said_only_where_a_tool_would_add_it():
+    system = {"role": "system", "content": "You know user info and preferences from previous interactions.\n"
+              "<memories_from_previous_interactions>\n- The user does not like olives\n"
+              "</memories_from_previous_interactions>"}
+
+    with_tools = stream([system, user("add milk and olives")], SHOPPING_TOOLS)[-1]
+    only_olives = reply_text(stream([system, user("add olives")], SHOPPING_TOOLS))
+    no_tools = reply_text(stream([system, user("add olives")]))
+
+    assert [(call.name, json.loads(call.arguments)) for call in with_tools.tool_calls] == [
+        ("add_item", {"item": "milk"})]
+    assert only_olives == "I left olives off: you don't like them."
+    assert "offline demo model" in no_tools and "left olives off" not in no_tools
+
+
 def test_reply_streams_word_by_word_and_counts_words_as_tokens():
     chunks = stream([user("hello there")])
 
