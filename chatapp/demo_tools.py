@@ -1,7 +1,8 @@
 """The tools the demo assistants use on the session state: a shopping list, tasks and a project's steps.
 
-Every tool answers in words that say exactly what it did (or why it did nothing), so a model (the
-offline one included) never reports a change that did not happen.
+Every tool answers in words that say exactly what it did (or why it did nothing): the offline demo model
+passes those words on as its reply, and a real model reads them, so neither reports a change that did not
+happen.
 """
 
 from __future__ import annotations

@@ -3,11 +3,8 @@
 Port of Agno's cookbook/02_agents/05_state_and_session/agentic_session_state.py (SPEC.md B.1 #1).
 `enable_agentic_state=True` gives the model `update_session_state(session_state_updates)`;
 `add_session_state_to_context=True` shows it the current state. Turn 1 writes [milk, eggs, bread];
-turn 2 rewrites the list without eggs.
-
-Change from the original besides the model line: turn 2 says "I picked up the eggs." instead of
-"I picked up the eggs, now what's on my list?" (the offline demo model treats a sentence that asks
-what is on the list as a question only).
+turn 2 rewrites the list without eggs. The offline demo model has no part in agentic state: on it, both turns
+only say what it heard and the state stays at its default (`{'shopping_list': []}`).
 
     .venv/bin/python examples/agentic_session_state.py
 """
@@ -26,7 +23,7 @@ def main() -> dict:
         enable_agentic_state=True,
     )
     agent.print_response("Add milk, eggs, and bread to the shopping list")
-    agent.print_response("I picked up the eggs.")
+    agent.print_response("I picked up the eggs, now what's on my list?")
     state = agent.get_session_state()
     print(f"Final session state: {state}")
     return state

@@ -3,7 +3,8 @@
 Port of Agno's cookbook/02_agents/05_state_and_session/last_n_session_messages.py (SPEC.md B.1 #4).
 user_1 has three sessions about capital cities, user_2 two about population and currency. Each then
 asks, in a new session, what they talked about: each is told about their own sessions only, at most
-two of them (the current session is left out before the limit).
+two of them (the current session is left out before the limit). The offline demo model does not call
+the past-session tools: it says what it heard.
 
     .venv/bin/python examples/last_n_session_messages.py
 """

@@ -4,6 +4,7 @@ Port of Agno's cookbook/02_agents/05_state_and_session/search_session_history.py
 alice talks about black holes, carbonara and the Four Seasons in three sessions; in a fourth she asks
 what they discussed (the model calls search_past_sessions) and then for the carbonara session (the model
 lists again, then calls read_past_session). bob, in a session of his own, finds nothing of alice's.
+The offline demo model does not call the past-session tools: it says what it heard.
 
     .venv/bin/python examples/search_session_history.py
 """

@@ -165,47 +165,59 @@ class TestEndToEnd(TestCase):
         system = self.llm.requests[0]["messages"][0]["content"]
         assert "shopping_list" in system  # the state is in the context
 
-    @override_settings(OPENAI_API_KEY="", OPENAI_BASE_URL="", OFFLINE_MODEL_DELAY=0)
-    def test_the_notes_assistant_edits_its_own_state_with_the_offline_model(self):
+    def served(self):
+        return override_settings(OPENAI_BASE_URL=self.llm.base_url, OPENAI_API_KEY="k", OPENAI_MAX_RETRIES=0)
+
+    def test_the_notes_assistant_edits_its_own_state(self):
         session = make_session(owner=self.alice, component_id="notes")
-        agent = get_assistant("notes")
-        agent.run("add milk and eggs", session_id=session.session_id, user_id=self.alice)
-        output = agent.run("what is on my list?", session_id=session.session_id, user_id=self.alice)
+        updates = {"shopping_list": ["milk", "eggs"]}
+        self.llm.add(ToolCalls([("update_session_state", {"session_state_updates": updates})]),
+                     Text("Your list: milk and eggs."))
+        with self.served():
+            output = get_assistant("notes").run("add milk and eggs", session_id=session.session_id, user_id=self.alice)
         session.refresh_from_db()
         assert session.session_state == {"shopping_list": ["milk", "eggs"], "notes": []}
         assert StateChange.objects.filter(session=session, source="agentic").exists()
-        assert "milk" in output.content and "eggs" in output.content
+        assert output.content == "Your list: milk and eggs."
+        assert "shopping_list" in self.llm.requests[0]["messages"][0]["content"]  # the state is in the context
         assert assistants.assistant_name("notes") == "Notes and list"
         assert ChatSession.objects.get(pk=session.pk).component_id == "notes"
 
-    @override_settings(OPENAI_API_KEY="", OPENAI_BASE_URL="", OFFLINE_MODEL_DELAY=0)
-    def test_the_task_router_on_the_offline_model_adds_organizes_and_lists_by_priority(self):
+    def test_the_task_router_sends_each_request_to_the_agent_for_it(self):
         session = make_session(owner=self.alice, component_id="task-router", kind="workflow")
-        router = get_assistant("task-router")
+        self.llm.add(ToolCalls([("add_task", {"name": "Write the report", "priority": "high"}),
+                                ("add_task", {"name": "Buy milk", "priority": "low"})]), Text("Added two tasks."),
+                     ToolCalls([("complete_task", {"name": "Write the report"})]), Text("Done."),
+                     ToolCalls([("clear_completed_tasks", {}), ("list_tasks", {})]), Text("One task left."),
+                     ToolCalls([("list_tasks", {})]), Text("Buy milk (low, pending)."))
+        with self.served():
+            router = get_assistant("task-router")
+            for text in ("add write the report (high) and buy milk (low)", "complete write the report",
+                         "organize my tasks", "what are my tasks?"):
+                output = router.run(text, session_id=session.session_id, user_id=self.alice)
 
-        def say(text):
-            return router.run(text, session_id=session.session_id, user_id=self.alice).content
-
-        assert say("add a task: write the report, high priority") == "Added Write the report (high priority)."
-        say("add buy milk (low)")
-        say("complete write the report")
-        say("add call the dentist")
-        reply = say("organize my tasks by priority")
-        assert reply == ("Cleared the completed tasks. "
-                         "Your tasks: Call the dentist (medium, pending); Buy milk (low, pending).")
+        assert output.content == "Buy milk (low, pending)."
+        tools = [[tool["function"]["name"] for tool in body["tools"]] for body in self.llm.requests[::2]]
+        assert tools == [["add_task", "complete_task"], ["add_task", "complete_task"],
+                         ["clear_completed_tasks", "list_tasks"], ["list_tasks"]]
         session.refresh_from_db()
-        assert [task["name"] for task in session.session_state["task_list"]] == ["Buy milk", "Call the dentist"]
+        assert session.session_state["task_list"] == [{"name": "Buy milk", "priority": "low", "status": "pending"}]
 
-    @override_settings(OPENAI_API_KEY="", OPENAI_BASE_URL="", OFFLINE_MODEL_DELAY=0)
-    def test_the_project_team_on_the_offline_model_reports_the_status_through_the_tracker(self):
+    def test_the_project_team_reports_the_status_through_the_tracker(self):
         session = make_session(owner=self.alice, component_id="project-team", kind="team")
-        team = get_assistant("project-team")
-        for text in ("add a Deploy step with high priority", "add a Test step", "mark Deploy as completed"):
-            team.run(text, session_id=session.session_id, user_id=self.alice)
+        self.llm.add(ToolCalls([("delegate_task_to_member", {"member_id": "planner", "task": "add a Deploy step"})]),
+                     ToolCalls([("add_step", {"name": "Deploy", "priority": "high"})]), Text("Added Deploy."),
+                     Text("The Planner added Deploy."),
+                     ToolCalls([("delegate_task_to_member", {"member_id": "status-tracker", "task": "the status"})]),
+                     ToolCalls([("list_steps", {})]), Text("Deploy (high, pending)."),
+                     Text("Status tracker: Deploy (high, pending)."))
+        with self.served():
+            team = get_assistant("project-team")
+            team.run("add a Deploy step with high priority", session_id=session.session_id, user_id=self.alice)
+            output = team.run("what is the status of the project?", session_id=session.session_id,
+                              user_id=self.alice)
 
-        output = team.run("what is the status of the project?", session_id=session.session_id, user_id=self.alice)
-
-        assert output.content == ("Status tracker: Your tasks: Deploy (high, completed); "
-                                  "Test (medium, pending).")
+        assert output.content == "Status tracker: Deploy (high, pending)."
+        assert self.llm.requests[-2]["messages"][-1]["content"] == "Steps: Deploy (high, pending)"
         assert list(Run.objects.filter(parent_run__run_id=output.run_id).values_list("component_id", flat=True)) == [
             "status-tracker"]

@@ -138,7 +138,7 @@ def test_agentic_session_state(served):
 
     served.responder = plan({
         "Add milk, eggs, and bread to the shopping list": update(["milk", "eggs", "bread"]),
-        "I picked up the eggs.": update(["milk", "bread"]),
+        "I picked up the eggs, now what's on my list?": update(["milk", "bread"]),
     })
 
     state = example("agentic_session_state").main()
@@ -146,7 +146,7 @@ def test_agentic_session_state(served):
     assert state == {"shopping_list": ["milk", "bread"]}
     assert [tool["function"]["name"] for tool in served.requests[0]["tools"]] == ["update_session_state"]
     second_turn = served.requests[2]
-    assert second_turn["messages"][-1]["content"] == "I picked up the eggs."
+    assert second_turn["messages"][-1]["content"] == "I picked up the eggs, now what's on my list?"
     assert '"shopping_list": ["milk", "eggs", "bread"]' in system_prompt(second_turn)
     assert set(Run.objects.using(SqliteDb(db_file="tmp/agents.db").alias).values_list("status", flat=True)) == {
         "completed"

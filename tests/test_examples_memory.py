@@ -85,7 +85,9 @@ def test_session_naming_example(served):
 
 
 @pytest.mark.parametrize("name, expected", [
-    ("search_session_history", ['you asked: "How do I make carbonara?"', "can't find any earlier conversations"]),
+    ("search_session_history", ["alice, what we discussed: I'm the offline demo model, so I can't really think, but "
+                                "I heard: \"What topics have we discussed before?\"", "bob, what we discussed: I'm the "
+                                "offline demo model"]),
     ("session_naming", ["Generated name: Plan a birthday party", "After autogenerate over a user's name: Leo's 8th birthday"]),
     ("user_memories", ["Memories: [\"The user's name is John\", 'The user lives in New York', "
                        "'The user does not like olives']", "Answer in a new session: Your name is John.",

@@ -32,12 +32,12 @@ class TestDemo(TestCase):
         requirement.reject("we still need them")
         output = get_assistant("approvals").continue_run(run_response=paused, user_id="ann")
         assert output.session_state["shopping_list"] == ["milk", "eggs", "bread"]
-        assert output.content == "You did not approve remove_item, so nothing was changed. Your note: We still need them."
+        assert output.content == "Function call was rejected by the user. Note: we still need them."
 
         paused = self.run_on("approvals", "clear the list")
         paused.active_requirements[0].confirm()
         output = get_assistant("approvals").continue_run(run_response=paused, user_id="ann")
-        assert (output.content, output.session_state["shopping_list"]) == ("Cleared your list.", [])
+        assert (output.content, output.session_state["shopping_list"]) == ("The list is now empty.", [])
 
     def test_the_delivery_asks_the_user_for_its_date(self):
         self.run_on("approvals", "add milk")

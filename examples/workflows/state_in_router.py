@@ -132,7 +132,7 @@ adaptive_assistant_workflow = Workflow(
 
 
 # ---------------------------------------------------------------------------
-# (b) Task routing: task tools (the task's name is `name`, as the offline demo model expects)
+# (b) Task routing: task tools (the task's name is `name` in each of them)
 # ---------------------------------------------------------------------------
 def add_task(run_context: RunContext, name: str, priority: str = "medium") -> str:
     """Add a task to the task list, with a priority (low, medium or high)."""

@@ -1,5 +1,5 @@
-"""Workflows and teams in headless Chromium on the offline model: steps appear live as they start, the
-state panel follows, and a reload shows the same transcript."""
+"""Workflows and teams in headless Chromium (the shopping workflow on the offline model, the team on scripted
+replies): steps appear live as they start, the state panel follows, and a reload shows the same transcript."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 from sessions_core.models import Run
 from tests.e2e.conftest import Daphne, _server_env, log_in
 from tests.factories import make_session, make_user
+from tests.llm_server import Text, ToolCalls
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=10_000)
@@ -85,13 +86,18 @@ def test_the_shopping_workflow_shows_its_steps_live_and_the_same_after_a_reload(
     assert transcript_html(page) == live
 
 
-def test_the_project_team_shows_each_delegation_and_the_state(page, context, slow_offline_server):
+def test_the_project_team_shows_each_delegation_and_the_state(page, context, daphne_server, llm_server):
     alice = make_user("alice", "pw-alice-123")
     session = make_session(alice, component_id="project-team", kind="team")
-    log_in(context, slow_offline_server.url, alice)
-    open_chat(page, slow_offline_server, session)
+    said = "add a Deploy step with high priority"
+    llm_server.add(ToolCalls([("delegate_task_to_member", {"member_id": "planner", "task": said})]),
+                   ToolCalls([("add_step", {"name": "Deploy", "priority": "high"})]),
+                   Text("Added step Deploy (high priority).", chunk_delay=0.05),
+                   Text("Planner: Added step Deploy (high priority)."))
+    log_in(context, daphne_server.url, alice)
+    open_chat(page, daphne_server, session)
 
-    send(page, "add a Deploy step with high priority")
+    send(page, said)
     run = page.locator("#transcript .run").last
     member = run.locator(".step").first
     expect(member.locator(".step-name")).to_have_text("Planner")
