@@ -549,7 +549,7 @@ def fts_contents(cursor, schema: str, table: str) -> tuple[int, int, list]:
     """What an FTS5 table has indexed: its count of rows and of tokens (the averages record, which bm25
     ranking reads) and every (term, rowid, position). Read after a commit: FTS5 writes the counts then."""
     cursor.execute(f"SELECT block FROM {schema}.{table}_data WHERE id = 1")
-    block = (cursor.fetchone() or [b"\0\0"])[0]
+    block = (cursor.fetchone() or [b""])[0] or b"\0\0"  # (an index never written: no block, or an empty one)
     rows, at = _varint(block, 0)
     tokens = _varint(block, at)[0]
     cursor.execute(f"CREATE VIRTUAL TABLE temp.instances USING fts5vocab({schema}, {table}, instance)")
