@@ -17,6 +17,7 @@ run once it starts; Stop of a queued message is the engine's `cancel_run` (chata
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -62,8 +63,12 @@ def store_first_message(session: ChatSession, text: str) -> Run:
 
 async def run_first_message(session: ChatSession, user, run: Run) -> None:
     """Run a new chat's stored first message in this process now, so the model starts while the chat's page
-    and socket load; the socket catches up with the run as with any run in flight."""
-    runner.start(session.pk, session.owner_id, Prompt(text=run.input, user=user, run_id=run.run_id, take_over=True))
+    and socket load; the socket catches up with the run as with any run in flight. Called from a request's
+    thread (async_to_sync), the run task starts in a context of its own: it outlives the request, and must
+    not hand its database work to that request's thread."""
+    item = Prompt(text=run.input, user=user, run_id=run.run_id, take_over=True)
+    asyncio.get_running_loop().call_soon(runner.start, session.pk, session.owner_id, item,
+                                         context=contextvars.Context())
 
 
 async def take_over_unclaimed(session: ChatSession) -> bool:
