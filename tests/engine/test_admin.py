@@ -4,7 +4,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from tests.factories import make_run, make_session, make_user
+from tests.support.factories import make_run, make_session, make_user
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ from django.test import TestCase, override_settings
 import sessions_core
 from sessions_core import Agent, RunContext
 from sessions_core.models import ChatSession, Message, NameSource, Run, StateChange
-from tests.engine_helpers import EngineTestMixin, make_users
-from tests.llm_server import Error, Text, ToolCalls
+from tests.support.engine_helpers import EngineTestMixin, make_users
+from tests.support.llm_server import Error, Text, ToolCalls
 
 
 def add_item(item: str, run_context: RunContext) -> str:

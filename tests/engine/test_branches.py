@@ -9,8 +9,8 @@ from django.test.utils import CaptureQueriesContext
 
 from sessions_core import RunContext, RunNotFoundError, SessionBusyError, SessionOwnershipError
 from sessions_core.models import ChatSession, Run, StateChange
-from tests.engine_helpers import EngineTestMixin, Gate, bulk_runs, counts, make_users
-from tests.llm_server import Text, ToolCalls
+from tests.support.engine_helpers import EngineTestMixin, Gate, bulk_runs, counts, make_users
+from tests.support.llm_server import Text, ToolCalls
 
 
 def add_item(item: str, run_context: RunContext) -> str:

@@ -10,8 +10,8 @@ from django.test import TestCase, TransactionTestCase
 
 from sessions_core import RunContext, bridge
 from sessions_core.models import ChatSession
-from tests.engine_helpers import EngineTestMixin
-from tests.llm_server import Text, ToolCalls
+from tests.support.engine_helpers import EngineTestMixin
+from tests.support.llm_server import Text, ToolCalls
 
 
 class TestSyncRunsStayOnTheCallersThread(EngineTestMixin, TestCase):

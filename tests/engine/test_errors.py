@@ -16,9 +16,9 @@ from sessions_core import Agent, RunContext, RunEvent, SessionIdNotSetError, Ses
 from sessions_core.llm import OpenAIChat
 from sessions_core.models import ChatSession, Message, Run, RunStatus, StateChange
 from sessions_core.run import lifecycle
-from tests.engine_helpers import EngineTestMixin, Gate, RefuseFinishOnce, astream_all, kinds, of_kind, stream_all
-from tests.factories import make_session
-from tests.llm_server import Cut, Error, Hang, Malformed, Text, ToolCalls
+from tests.support.engine_helpers import EngineTestMixin, Gate, RefuseFinishOnce, astream_all, kinds, of_kind, stream_all
+from tests.support.factories import make_session
+from tests.support.llm_server import Cut, Error, Hang, Malformed, Text, ToolCalls
 
 
 def add_item(item: str, run_context: RunContext) -> str:

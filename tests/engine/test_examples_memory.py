@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from tests.example_support import EXAMPLES, example, examples_folder  # noqa: F401  (fixture)
-from tests.llm_server import Text, ToolCalls
-from tests.store_support import db_access, pg_url  # noqa: F401  (fixtures)
+from tests.support.example_support import EXAMPLES, example, examples_folder  # noqa: F401  (fixture)
+from tests.support.llm_server import Text, ToolCalls
+from tests.support.store_support import db_access, pg_url  # noqa: F401  (fixtures)
 
 # The examples name their own stores (SqliteDb, PostgresDb, InMemoryDb), made while the test runs:
 # no Django test case around them, which would refuse databases it was not told about.

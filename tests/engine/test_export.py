@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from sessions_core import export
 from sessions_core.models import ChatSession, Message, Run, RunStatus
-from tests.factories import make_run, make_session, make_user
+from tests.support.factories import make_run, make_session, make_user
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,9 +9,9 @@ from django.utils import timezone
 from sessions_core import RunContext
 from sessions_core.history import HISTORY_FIELDS, HistoryRead, read_history
 from sessions_core.models import ChatSession, Message, Role, Run, RunStatus
-from tests.engine_helpers import EngineTestMixin, Gate, bulk_runs, make_users, tool_then_text
-from tests.factories import make_run, make_session
-from tests.llm_server import Error, Text, ToolCalls
+from tests.support.engine_helpers import EngineTestMixin, Gate, bulk_runs, make_users, tool_then_text
+from tests.support.factories import make_run, make_session
+from tests.support.llm_server import Error, Text, ToolCalls
 
 
 def add_item(item: str, run_context: RunContext) -> str:

@@ -29,13 +29,13 @@ from sessions_core.component import Component
 from sessions_core.branches import RunNotFoundError
 from sessions_core.models import ChatSession, Message, Run, RunStatus, StateChange
 from sessions_core.run import lifecycle, registry
-from tests.engine_helpers import EngineTestMixin, Gate, bulk_runs, kinds, make_users, snapshot
-from tests.factories import make_run, make_session, make_user
-from tests.llm_server import Text, ToolCalls
-from tests.test_restart import database_url
-from tests.test_run_lifecycle import until
+from tests.support.engine_helpers import EngineTestMixin, Gate, bulk_runs, kinds, make_users, snapshot
+from tests.support.factories import make_run, make_session, make_user
+from tests.support.llm_server import Text, ToolCalls
+from tests.guarantees.test_restart import database_url
+from tests.engine.test_run_lifecycle import until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def lookup(name: str, run_context: RunContext) -> str:

@@ -26,11 +26,11 @@ from sessions_core import (
 )
 from sessions_core.models import ChatSession, Run, RunStatus, StateChange
 from sessions_core.steps import WorkflowDefinitionError
-from tests.engine_helpers import EngineTestMixin, kinds
-from tests.llm_server import Text, ToolCalls
-from tests.test_restart import database_url
+from tests.support.engine_helpers import EngineTestMixin, kinds
+from tests.support.llm_server import Text, ToolCalls
+from tests.guarantees.test_restart import database_url
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def add_item(item: str, run_context: RunContext) -> str:
@@ -383,7 +383,7 @@ WORKFLOW_SCRIPT = """
 import json, sys
 
 from sessions_core import HumanReview, Step, Workflow
-from tests.test_human_in_the_loop_flows import note, publish
+from tests.engine.test_human_in_the_loop_flows import note, publish
 
 workflow = Workflow(name="Publisher", user_id="ann", session_id="kept",
                     steps=[Step(name="Note", executor=note),

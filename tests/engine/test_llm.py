@@ -8,7 +8,7 @@ import pytest
 from django.test import override_settings
 
 from sessions_core.llm import ModelChunk, ModelError, OfflineModel, OpenAIChat, default_model
-from tests.llm_server import Cut, Error, Hang, Malformed, Text, ToolCalls
+from tests.support.llm_server import Cut, Error, Hang, Malformed, Text, ToolCalls
 
 HELLO = [{"role": "user", "content": "Say hello"}]
 SHOPPING_TOOLS = [

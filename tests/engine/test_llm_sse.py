@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessions_core.llm import ModelError, _SSELines
-from tests.llm_server import Raw, Text, _chunk
+from tests.support.llm_server import Raw, Text, _chunk
 
 HELLO = [{"role": "user", "content": "Say hello"}]
 

@@ -10,9 +10,9 @@ from django.test import TestCase, TransactionTestCase
 
 from sessions_core import InMemoryDb, RunContext, SessionNotFoundError, SessionOwnershipError
 from sessions_core.models import ChatSession, Run, StateChange
-from tests.engine_helpers import EngineTestMixin
-from tests.example_support import ROOT, offline_env
-from tests.llm_server import Text, ToolCalls
+from tests.support.engine_helpers import EngineTestMixin
+from tests.support.example_support import ROOT, offline_env
+from tests.support.llm_server import Text, ToolCalls
 
 
 def add_item(item: str, run_context: RunContext) -> str:

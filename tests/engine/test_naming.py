@@ -8,7 +8,7 @@ from sessions_core.history import ChatMessage
 from sessions_core.llm import OfflineModel
 from sessions_core.models import ChatSession, NameSource
 from sessions_core.naming import generate_session_name, short_title
-from tests.llm_server import Error, Text
+from tests.support.llm_server import Error, Text
 
 pytestmark = pytest.mark.django_db
 

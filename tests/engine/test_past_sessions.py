@@ -5,7 +5,7 @@ import pytest
 from sessions_core import Agent
 from sessions_core.models import ChatSession
 from sessions_core.run import lifecycle
-from tests.llm_server import Text, ToolCalls
+from tests.support.llm_server import Text, ToolCalls
 
 pytestmark = pytest.mark.django_db
 

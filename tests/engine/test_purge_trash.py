@@ -6,7 +6,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from sessions_core.models import ChatSession, Message, Run
-from tests.factories import make_run, make_session, make_user
+from tests.support.factories import make_run, make_session, make_user
 
 pytestmark = pytest.mark.django_db
 

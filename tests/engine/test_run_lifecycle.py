@@ -14,9 +14,9 @@ from sessions_core import QueuedRunTakenError, RunEvent
 from sessions_core.component import Component
 from sessions_core.models import ChatSession, Message, Run, RunStatus
 from sessions_core.run import lifecycle, registry
-from tests.engine_helpers import EngineTestMixin, Gate
-from tests.factories import make_run, make_session, make_user
-from tests.llm_server import Text
+from tests.support.engine_helpers import EngineTestMixin, Gate
+from tests.support.factories import make_run, make_session, make_user
+from tests.support.llm_server import Text
 
 SQL_VERBS = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE")
 

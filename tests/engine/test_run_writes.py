@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from sessions_core.models import ChatSession, Message, Role, Run, RunStatus, StateChange
 from sessions_core.run import writes
-from tests.factories import make_session, make_user
+from tests.support.factories import make_session, make_user
 
 
 def stored(model, pk) -> dict:

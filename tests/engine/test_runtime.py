@@ -8,8 +8,8 @@ from django.test import TestCase
 
 from sessions_core import RunContext, RunEvent, RunOutput
 from sessions_core.models import ChatSession, Run
-from tests.engine_helpers import EngineTestMixin, Gate, astream_all, kinds, make_users, of_kind, stream_all
-from tests.llm_server import Text, ToolCalls
+from tests.support.engine_helpers import EngineTestMixin, Gate, astream_all, kinds, make_users, of_kind, stream_all
+from tests.support.llm_server import Text, ToolCalls
 
 
 def add_item(item: str, run_context: RunContext) -> str:

@@ -18,7 +18,7 @@ from sessions_core.llm import OfflineModel
 from sessions_core.models import ChatSession, Message, Run
 from chatapp.templatetags.search_snippets import marked
 from sessions_core.search import InvalidCursor, Snippet, parse_query, search_sessions
-from tests.factories import make_run, make_session
+from tests.support.factories import make_run, make_session
 
 
 def make_user(username):

@@ -17,7 +17,7 @@ from django.test import SimpleTestCase, TestCase
 from sessions_core import RunContext, RunEvent
 from sessions_core import state as state_module
 from sessions_core.models import ChatSession, StateChange
-from tests.engine_helpers import (
+from tests.support.engine_helpers import (
     EngineTestMixin,
     astream_all,
     make_users,
@@ -26,7 +26,7 @@ from tests.engine_helpers import (
     stream_all,
     tool_then_text,
 )
-from tests.llm_server import Text, ToolCalls
+from tests.support.llm_server import Text, ToolCalls
 
 
 def add_item(item: str, run_context: RunContext) -> str:
@@ -796,7 +796,7 @@ class TestStateFunctions(SimpleTestCase):
             "text": "caf\u00e9", "key": "12345678-1234-5678-1234-567812345678"}
         # What orjson refuses (an int key, an int over 64 bits, a lone surrogate) the json module encodes.
         slow = {1: "int key", "big": 2**70, "text": "\ud800", "none": None}
-        # (The lone surrogate, which no database stores, becomes U+FFFD: see tests/test_storable.py.)
+        # (The lone surrogate, which no database stores, becomes U+FFFD: see tests/engine/test_storable.py.)
         assert json.loads(state_module.dumps(slow)) == {"1": "int key", "big": 2**70, "text": "\ufffd", "none": None}
         assert state_module.to_json({"colour": Colour.RED}) == {"colour": "red"}
 

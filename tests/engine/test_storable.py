@@ -9,8 +9,8 @@ from sessions_core import state as state_module
 from sessions_core.models import ChatSession, Message, Run, StateChange
 from sessions_core.search import search_sessions
 from sessions_core.storable import storable, storable_json
-from tests.engine_helpers import EngineTestMixin, make_users
-from tests.llm_server import Error, Text, ToolCalls
+from tests.support.engine_helpers import EngineTestMixin, make_users
+from tests.support.llm_server import Error, Text, ToolCalls
 
 
 def note(text: str, run_context: RunContext) -> str:

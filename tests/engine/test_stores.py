@@ -16,9 +16,9 @@ from sessions_core import (
 )
 from sessions_core.models import ChatSession, Run
 from sessions_core.stores import StoreConfigError, StoreConnectionError, StoreMigrationError
-from tests.example_support import ROOT, offline_env
-from tests.llm_server import Text
-from tests.store_support import db_access, pg_url  # noqa: F401  (fixtures)
+from tests.support.example_support import ROOT, offline_env
+from tests.support.llm_server import Text
+from tests.support.store_support import db_access, pg_url  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.usefixtures("db_access")
 

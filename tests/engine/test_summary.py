@@ -4,7 +4,7 @@ import pytest
 
 from sessions_core import Agent, RunEvent, SessionSummaryManager
 from sessions_core.models import ChatSession
-from tests.llm_server import Error, Text
+from tests.support.llm_server import Error, Text
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,8 @@ from django.test import TestCase
 
 from sessions_core import RunContext, SessionOwnershipError, Team, TeamRunOutput, Workflow
 from sessions_core.models import ChatSession, Run, StateChange
-from tests.engine_helpers import EngineTestMixin, counts, kinds, make_users, refused_calls
-from tests.llm_server import Text, ToolCalls
+from tests.support.engine_helpers import EngineTestMixin, counts, kinds, make_users, refused_calls
+from tests.support.llm_server import Text, ToolCalls
 
 
 def add_step(name: str, run_context: RunContext) -> str:

@@ -10,8 +10,8 @@ from django.test import TestCase
 from sessions_core import RunContext, RunEvent, ToolError
 from sessions_core.models import ChatSession, Message, Run, StateChange
 from sessions_core.tools import Function
-from tests.engine_helpers import EngineTestMixin, astream_all, kinds, of_kind, stream_all
-from tests.llm_server import Text, ToolCalls
+from tests.support.engine_helpers import EngineTestMixin, astream_all, kinds, of_kind, stream_all
+from tests.support.llm_server import Text, ToolCalls
 
 
 def plan_trip(city: str, days: int = 3, tags: list[str] | None = None, budget: float | None = None,

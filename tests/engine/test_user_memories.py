@@ -9,9 +9,9 @@ import pytest
 
 from sessions_core import Agent, MemoryManager, RunEvent, Team, UserMemory, UserMemoryNotFoundError
 from sessions_core.models import Run, UserMemoryChange, UserMemoryRecord
-from tests.engine_helpers import make_users, stream_all
-from tests.llm_server import Error, Text, ToolCalls
-from tests.memory_support import memory_requests, memory_responder
+from tests.support.engine_helpers import make_users, stream_all
+from tests.support.llm_server import Error, Text, ToolCalls
+from tests.support.memory_support import memory_requests, memory_responder
 
 pytestmark = pytest.mark.django_db
 

@@ -8,11 +8,11 @@ import pytest
 from django.db import connection
 
 from sessions_core import Agent, AsyncSqliteDb, InMemoryDb, PostgresDb, SqliteDb, UserMemory, UserMemoryNotFoundError
-from tests.engine_helpers import Gate
-from tests.llm_server import Text
-from tests.memory_support import HeldToolCalls, is_memory_request, memory_requests, memory_responder
-from tests.store_support import db_access, pg_url  # noqa: F401  (fixtures)
-from tests.test_stores import in_tmp, script  # noqa: F401  (fixture)
+from tests.support.engine_helpers import Gate
+from tests.support.llm_server import Text
+from tests.support.memory_support import HeldToolCalls, is_memory_request, memory_requests, memory_responder
+from tests.support.store_support import db_access, pg_url  # noqa: F401  (fixtures)
+from tests.engine.test_stores import in_tmp, script  # noqa: F401  (fixture)
 
 
 def learn(said, _system):

@@ -28,7 +28,7 @@ from sessions_core import (
     WorkflowRunOutput,
 )
 from sessions_core.models import ChatSession, Message, Run, StateChange
-from tests.engine_helpers import (
+from tests.support.engine_helpers import (
     EngineTestMixin,
     Gate,
     RefuseFinishOnce,
@@ -39,8 +39,8 @@ from tests.engine_helpers import (
     refused_calls,
     tool_then_text,
 )
-from tests.llm_server import Text, ToolCalls
-from tests.test_memory_db import MemoryDbTestMixin
+from tests.support.llm_server import Text, ToolCalls
+from tests.engine.test_memory_db import MemoryDbTestMixin
 
 
 def add_item(item: str, run_context: RunContext) -> str:

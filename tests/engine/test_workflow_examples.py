@@ -14,9 +14,9 @@ import sys
 import pytest
 
 from sessions_core.models import ChatSession, Run
-from tests.example_support import EXAMPLES, ROOT, offline_env
-from tests.llm_server import Text, ToolCalls
-from tests.test_restart import database_url
+from tests.support.example_support import EXAMPLES, ROOT, offline_env
+from tests.support.llm_server import Text, ToolCalls
+from tests.guarantees.test_restart import database_url
 
 pytestmark = pytest.mark.django_db
 

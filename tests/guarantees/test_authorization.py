@@ -22,10 +22,10 @@ from django.urls.resolvers import RegexPattern
 from chatapp.routing import websocket_urlpatterns
 from sessions_core.models import ChatSession, Message, Run, StateChange, UserMemoryChange, UserMemoryRecord
 from sessions_core.user_memories import store as memory_store
-from tests.factories import make_run, make_session, make_user
+from tests.support.factories import make_run, make_session, make_user
 from chatapp.asgi import application
 from channels.testing import WebsocketCommunicator
-from tests.live_support import HOST, ORIGIN, LiveTestMixin
+from tests.support.live_support import HOST, ORIGIN, LiveTestMixin
 
 SECRET = "zebra-armchair-7731"  # Alice's words: in her title, her message, her state
 ROLES = ("owner", "other", "anonymous", "staff")

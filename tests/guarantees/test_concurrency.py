@@ -13,8 +13,8 @@ from django.test import TestCase, TransactionTestCase
 
 from sessions_core import RunContext
 from sessions_core.models import ChatSession, Message, Run, StateChange
-from tests.engine_helpers import EngineTestMixin, Gate, last_user_text, tool_then_text
-from tests.llm_server import Text
+from tests.support.engine_helpers import EngineTestMixin, Gate, last_user_text, tool_then_text
+from tests.support.llm_server import Text
 
 TURNS = 50
 

@@ -2,7 +2,7 @@
 on its own and for a chat through the production server. The run completes (or, with the database gone
 for good, ends as an error), nothing is half-written or written twice, and the next message works.
 
-Each test has a PostgreSQL server of its own (tests/postgres_server.py) and restarts or stops it with
+Each test has a PostgreSQL server of its own (tests/support/postgres_server.py) and restarts or stops it with
 pg_ctl as an operator would: that ends every open connection and refuses new ones until it is back, which
 is the whole fault, and the suite's shared server is never touched. They run in both passes of
 scripts/test: the database under test is that server either way.
@@ -23,11 +23,11 @@ from django.db import connections
 from sessions_core import Agent, PostgresDb
 from sessions_core.events import RunEvent
 from sessions_core.models import ChatSession, Run
-from tests.live_support import is_stream_frame
-from tests.llm_server import Text, background_responder
-from tests.postgres_server import own_postgres  # noqa: F401  (a fixture)
-from tests.serve_support import Server, WebSocket, finished, production_env, receive_until
-from tests.store_support import db_access  # noqa: F401  (a fixture)
+from tests.support.live_support import is_stream_frame
+from tests.support.llm_server import Text, background_responder
+from tests.support.postgres_server import own_postgres  # noqa: F401  (a fixture)
+from tests.support.serve_support import Server, WebSocket, finished, production_env, receive_until
+from tests.support.store_support import db_access  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.usefixtures("db_access")
 

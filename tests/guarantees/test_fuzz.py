@@ -18,8 +18,8 @@ from chatapp.asgi import application
 from chatapp.consumers import FrameError, parse_frame
 from sessions_core.models import ChatSession, Message, Run, StateChange
 from sessions_core.storable import storable_tree
-from tests.factories import make_run, make_session, make_user
-from tests.live_support import HOST, ORIGIN, LiveTestMixin
+from tests.support.factories import make_run, make_session, make_user
+from tests.support.live_support import HOST, ORIGIN, LiveTestMixin
 
 SECRET = "quokka-lantern-5521"  # Bob's words: in no response to Alice
 BOUNDED = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -8,7 +8,7 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "sessions_core"
 WEB_ONLY = ("chatapp", "channels", "django_htmx")
 PUBLIC_CLASSES = ("sessions_core.agent", "sessions_core.team", "sessions_core.workflow")

@@ -6,7 +6,7 @@ from django.test import TestCase
 
 from sessions_core import SessionNotFoundError, SessionOwnershipError
 from sessions_core.models import ChatSession, NameSource
-from tests.engine_helpers import EngineTestMixin, counts, make_users
+from tests.support.engine_helpers import EngineTestMixin, counts, make_users
 
 
 class IsolationTest(EngineTestMixin, TestCase):

@@ -17,11 +17,11 @@ from sessions_core import RunContext, limits
 from sessions_core.export import ImportRefused, export_json, import_json
 from sessions_core.models import ChatSession, Message, Run, RunStatus, StateChange
 from sessions_core.state import StateLimitError
-from tests.engine_helpers import EngineTestMixin, make_users
-from tests.factories import make_session, make_user
-from tests.live_support import LiveTestMixin
-from tests.llm_server import Text, ToolCalls, _fragments
-from tests.web_helpers import WebTestCase
+from tests.support.engine_helpers import EngineTestMixin, make_users
+from tests.support.factories import make_session, make_user
+from tests.support.live_support import LiveTestMixin
+from tests.support.llm_server import Text, ToolCalls, _fragments
+from tests.support.web_helpers import WebTestCase
 
 DEEP = 5_000
 

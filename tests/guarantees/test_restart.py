@@ -14,9 +14,9 @@ from django.test import TransactionTestCase
 
 from sessions_core import RunContext
 from sessions_core.models import ChatSession, Run
-from tests.engine_helpers import EngineTestMixin, last_user_text, tool_then_text
+from tests.support.engine_helpers import EngineTestMixin, last_user_text, tool_then_text
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import json, sys

@@ -27,8 +27,8 @@ from chatapp.consumers import SessionConsumer
 from chatapp.rendering import render_markdown
 from sessions_core.models import Run
 from tests.e2e.conftest import redis_url  # noqa: F401  (fixture)
-from tests.factories import make_session, make_user
-from tests.live_support import (
+from tests.support.factories import make_session, make_user
+from tests.support.live_support import (
     ORIGIN,
     LiveTestMixin,
     apply_frame,
@@ -38,7 +38,7 @@ from tests.live_support import (
     settle,
     streamed_html,
 )
-from tests.llm_server import Text
+from tests.support.llm_server import Text
 
 CAPACITY = 20  # per socket channel here; the test's own watcher holds everything
 SECTION = """## Part {n}

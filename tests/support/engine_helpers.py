@@ -2,7 +2,7 @@
 read what the server received and what the database holds.
 
 Every engine test talks to the real `OpenAIChat` through the real `openai` client; the local test
-server in tests/llm_server.py is the only thing standing in for a provider.
+server in tests/support/llm_server.py is the only thing standing in for a provider.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from sessions_core import Agent, RunEvent
 from sessions_core.models import ChatSession, Message, Run, RunStatus, StateChange
-from tests.llm_server import Text, ToolCalls
+from tests.support.llm_server import Text, ToolCalls
 
 
 class EngineTestMixin:

@@ -20,7 +20,7 @@ from chatapp.assistants import reset_assistants
 from chatapp.broadcast import asend_to_session
 from chatapp.live import fragments, streaming
 from sessions_core.models import Run
-from tests.llm_server import summary_responder
+from tests.support.llm_server import summary_responder
 
 ORIGIN = (b"origin", b"http://localhost")
 HOST = (b"host", b"localhost")  # a browser sends both: the socket's Origin must be the site's own

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from tests.llm_server import HOLD_LIMIT, Text, ToolCalls, is_memory_request
+from tests.support.llm_server import HOLD_LIMIT, Text, ToolCalls, is_memory_request
 
 
 @dataclass

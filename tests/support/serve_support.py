@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from tests.e2e.conftest import _free_port
-from tests.server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 HTTPS = {"X-Forwarded-Proto": "https"}  # as a proxy that ended TLS says it
 

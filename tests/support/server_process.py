@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 class ServerProcess:

@@ -8,7 +8,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.test import TestCase, override_settings
 
-from tests.factories import make_session, make_user
+from tests.support.factories import make_session, make_user
 
 HX = {"HX-Request": "true"}
 # Tests log users in many times; the real hasher's million rounds would dominate the run time.

@@ -8,8 +8,8 @@ from django.contrib.auth import get_user_model
 from django.test import TestCase
 from django.urls import reverse
 
-from tests.factories import make_session, make_user
-from tests.web_helpers import FAST_HASHERS
+from tests.support.factories import make_session, make_user
+from tests.support.web_helpers import FAST_HASHERS
 
 
 @FAST_HASHERS

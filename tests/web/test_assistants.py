@@ -21,8 +21,8 @@ from chatapp.assistants import (
 from sessions_core.llm import OfflineModel, OpenAIChat
 from sessions_core.models import ChatSession, Run, StateChange
 from sessions_core.tools import RunContext
-from tests.factories import make_session, make_user
-from tests.llm_server import Text, ToolCalls
+from tests.support.factories import make_session, make_user
+from tests.support.llm_server import Text, ToolCalls
 
 
 @pytest.fixture(autouse=True)

@@ -10,9 +10,9 @@ from django.test import Client, TransactionTestCase
 from django.urls import reverse
 
 from sessions_core.models import ChatSession, Run, StateChange
-from tests.factories import make_run, make_session, make_user
-from tests.live_support import LiveTestMixin, frames_until, settle
-from tests.llm_server import Text, ToolCalls
+from tests.support.factories import make_run, make_session, make_user
+from tests.support.live_support import LiveTestMixin, frames_until, settle
+from tests.support.llm_server import Text, ToolCalls
 
 NUMBER = re.compile(r'<span class="branch-number">(\d+)/(\d+)</span>')
 

@@ -22,8 +22,8 @@ from chatapp.broadcast import asend_to_session, session_group, user_group
 from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus
 from sessions_core.run import lifecycle
 from chatapp.rendering import render_markdown
-from tests.factories import make_run, make_session, make_user
-from tests.live_support import (
+from tests.support.factories import make_run, make_session, make_user
+from tests.support.live_support import (
     HOST,
     ORIGIN,
     AnotherProcess,
@@ -37,7 +37,7 @@ from tests.live_support import (
     started_run_id,
     streamed_html,
 )
-from tests.llm_server import Error, Text, ToolCalls, is_memory_request, is_summary_request
+from tests.support.llm_server import Error, Text, ToolCalls, is_memory_request, is_summary_request
 
 
 def is_error(frame: str) -> bool:
@@ -479,7 +479,7 @@ class TestRuns(LiveTestMixin, TransactionTestCase):
         row = f'id="session-item-{session.pk}"'
         frames = await frames_until(other_tab, lambda f: row in f)
         assert "Please help me plan a weekend trip to…" in frames[-1]
-        await frames_until(socket, run_done())  # the fallback is stored with the run's end (tests/test_live.py)
+        await frames_until(socket, run_done())  # the fallback is stored with the run's end (tests/web/test_live.py)
         activity = (await ChatSession.objects.aget(pk=session.pk)).last_activity_at
         frames = await frames_until(other_tab, lambda f: row in f and "Weekend trip plan" in f)
         assert 'data-status' not in "".join(frames)  # the other session's tab gets no transcript

@@ -9,7 +9,7 @@ from django.contrib.auth import authenticate, get_user_model
 from django.core.management import call_command
 from django.test import TestCase
 
-from tests.web_helpers import FAST_HASHERS
+from tests.support.web_helpers import FAST_HASHERS
 
 
 def run(*args) -> str:

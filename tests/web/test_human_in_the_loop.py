@@ -12,9 +12,9 @@ from django.test import Client, TransactionTestCase
 
 from chatapp import live
 from sessions_core.models import ChatSession, Run, RunStatus
-from tests.factories import make_session, make_user
-from tests.live_support import LiveTestMixin, frames_until, run_done, settle
-from tests.llm_server import Text, ToolCalls
+from tests.support.factories import make_session, make_user
+from tests.support.live_support import LiveTestMixin, frames_until, run_done, settle
+from tests.support.llm_server import Text, ToolCalls
 
 REQUIREMENT_ID = re.compile(r'data-requirement-id="([0-9a-f-]{36})"')
 

@@ -21,9 +21,9 @@ from chatapp.live import fragments, queue, streaming
 from sessions_core.events import RunStartedEvent
 from sessions_core.models import ChatSession, NameSource, Run, RunStatus
 from sessions_core.run import lifecycle
-from tests.factories import make_run, make_session, make_user
-from tests.live_support import LiveTestMixin, TopLevel, apply_frame, layer_listener, settle
-from tests.llm_server import Error, Text, is_memory_request
+from tests.support.factories import make_run, make_session, make_user
+from tests.support.live_support import LiveTestMixin, TopLevel, apply_frame, layer_listener, settle
+from tests.support.llm_server import Error, Text, is_memory_request
 
 
 def echo_reply(body: dict) -> Text:

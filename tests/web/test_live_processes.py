@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from chatapp import live
 from sessions_core.models import ChatSession, Run, RunStatus
-from tests.factories import make_session, make_user
-from tests.live_support import LiveTestMixin, settle
-from tests.llm_server import Text
+from tests.support.factories import make_session, make_user
+from tests.support.live_support import LiveTestMixin, settle
+from tests.support.llm_server import Text
 
 
 async def until(condition, timeout: float = 5) -> None:

@@ -7,8 +7,8 @@ import pytest
 
 from chatapp.markdown_stream import ReplyStream
 from chatapp.rendering import render_markdown
-from tests.live_support import apply_frame as apply
-from tests.test_rendering import ATTACKS, assert_harmless
+from tests.support.live_support import apply_frame as apply
+from tests.web.test_rendering import ATTACKS, assert_harmless
 
 SAMPLE = """## A heading
 

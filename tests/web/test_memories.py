@@ -13,10 +13,10 @@ from django.urls import reverse
 from chatapp.assistants import ASSISTANTS
 from sessions_core.models import Run, UserMemoryChange, UserMemoryRecord
 from sessions_core.user_memories import store
-from tests.factories import make_run, make_session, make_user
-from tests.live_support import LiveTestMixin, frames_until
-from tests.llm_server import Text
-from tests.memory_support import memory_responder
+from tests.support.factories import make_run, make_session, make_user
+from tests.support.live_support import LiveTestMixin, frames_until
+from tests.support.llm_server import Text
+from tests.support.memory_support import memory_responder
 
 pytestmark = pytest.mark.django_db
 
@@ -207,7 +207,7 @@ def test_the_memory_admin_is_for_staff_only(client, alice):
 def test_the_whole_account_export_carries_the_memories_and_their_history_and_import_restores_them(client, alice):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    from tests.test_export import download
+    from tests.engine.test_export import download
 
     session = make_session(alice, component_id="general", name="Chat")
     run = make_run(session, "I live in Lyon", "Noted.")

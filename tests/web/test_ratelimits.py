@@ -24,12 +24,12 @@ from chatapp import titles as chat_titles
 from sessions_core.export import export_json
 from sessions_core.models import ChatSession, Run, RunStatus
 from tests.e2e.conftest import redis_url  # noqa: F401  (fixture)
-from tests.factories import make_session, make_user
-from tests.live_support import LiveTestMixin, frames_until, is_stream_frame, run_done, settle
-from tests.llm_server import Text
-from tests.web_helpers import WebTestCase
+from tests.support.factories import make_session, make_user
+from tests.support.live_support import LiveTestMixin, frames_until, is_stream_frame, run_done, settle
+from tests.support.llm_server import Text
+from tests.support.web_helpers import WebTestCase
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 def is_error(frame: str) -> bool:

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from chatapp import rendering, state_view
 from sessions_core.models import Message, Run, RunStatus
-from tests.factories import make_run, make_session, make_user
+from tests.support.factories import make_run, make_session, make_user
 
 ATTACKS = [
     "<script>alert(1)</script>",
@@ -303,7 +303,7 @@ class TestStateTree:
 @pytest.mark.django_db
 def test_state_panel_shows_the_session_summary_collapsed_and_escaped():
     from chatapp.rendering import render_state_panel
-    from tests.factories import make_session, make_user
+    from tests.support.factories import make_session, make_user
 
     session = make_session(make_user("sum"), summary={
         "summary": "Likes <b>bold</b> hikes.", "topics": ["hiking", "food"], "updated_at": "2026-11-29T10:00:00+00:00"})

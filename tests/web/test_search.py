@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from chatapp.templatetags.search_snippets import marked
 from sessions_core.search import Snippet
-from tests.factories import make_run, make_session
+from tests.support.factories import make_run, make_session
 
 HX = {"HX-Request": "true"}
 

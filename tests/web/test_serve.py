@@ -17,12 +17,12 @@ from django.test import Client
 
 from chatapp.rendering import render_markdown
 from tests.e2e.conftest import _free_port, _test_database_url, redis_url  # noqa: F401  (a fixture)
-from tests.factories import make_session, make_user
-from tests.live_support import is_stream_frame, reply_in, stored_text, streamed_html
-from tests.llm_server import Text, background_responder
-from tests.serve_support import HTTPS, Server, WebSocket, finished, logged_in_socket, production_env, receive_until
+from tests.support.factories import make_session, make_user
+from tests.support.live_support import is_stream_frame, reply_in, stored_text, streamed_html
+from tests.support.llm_server import Text, background_responder
+from tests.support.serve_support import HTTPS, Server, WebSocket, finished, logged_in_socket, production_env, receive_until
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

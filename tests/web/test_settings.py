@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-SETTINGS = Path(__file__).resolve().parent.parent / "chatapp" / "settings.py"
+SETTINGS = Path(__file__).resolve().parents[2] / "chatapp" / "settings.py"
 VARIABLES = ("DATABASE_URL", "REDIS_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "OPENAI_TIMEOUT",
              "OPENAI_MAX_RETRIES", "SECRET_KEY", "DEBUG", "ALLOWED_HOSTS", "CSRF_TRUSTED_ORIGINS", "CHAT_MAX_MESSAGE_CHARS",
              "CHAT_TITLE_ATTEMPTS", "CHAT_TITLE_RETRY_SECONDS", "CHAT_STREAM_BATCH_SECONDS", "CHAT_CHANNEL_CAPACITY",

@@ -21,10 +21,10 @@ from chatapp import rendering
 from chatapp import urls as chat_urls
 from chatapp.assistants import reset_assistants
 from sessions_core.models import ChatSession, Message, NameSource, Run, RunStatus, StateChange
-from tests.factories import make_run, make_session, make_user
-from tests.live_support import layer_listener, settle
-from tests.llm_server import Text
-from tests.web_helpers import HX, GroupListener, WebTestCase, headings, item_ids
+from tests.support.factories import make_run, make_session, make_user
+from tests.support.live_support import layer_listener, settle
+from tests.support.llm_server import Text
+from tests.support.web_helpers import HX, GroupListener, WebTestCase, headings, item_ids
 
 # Every URL that names a session: (method, url name, POST data or GET query).
 SESSION_URLS = [

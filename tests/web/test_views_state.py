@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from chatapp.state_edits import StaleStateError, replace_state
 from sessions_core.models import ChatSession, StateChange
-from tests.factories import make_run
-from tests.web_helpers import GroupListener, WebTestCase
+from tests.support.factories import make_run
+from tests.support.web_helpers import GroupListener, WebTestCase
 
 
 class StateTestCase(WebTestCase):

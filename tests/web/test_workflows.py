@@ -13,9 +13,9 @@ from django.test import Client, TransactionTestCase
 from django.urls import reverse
 
 from sessions_core.models import ChatSession, Run, RunStatus
-from tests.factories import make_session, make_user
-from tests.live_support import LiveTestMixin, frames_until, run_done, settle, started_run_id
-from tests.llm_server import Text, ToolCalls
+from tests.support.factories import make_session, make_user
+from tests.support.live_support import LiveTestMixin, frames_until, run_done, settle, started_run_id
+from tests.support.llm_server import Text, ToolCalls
 
 STEP = re.compile(r'<details class="step" id="step-([0-9a-f-]{36})" data-status="(\w+)" data-kind="(\w+)"')
 
