@@ -454,23 +454,6 @@ def test_the_favicon_is_found_from_pages_without_the_icon_link(client):
     assert (response.status_code, response["Location"]) == (301, "/static/chatapp/favicon.svg")
 
 
-class TestStatePanelPresence(WebTestCase):
-    def test_the_panel_shows_state_or_a_summary_from_the_first_load_and_is_absent_without_either(self):
-        pages = {}
-        for assistant in ("general", "shopping"):
-            self.client.post(reverse("chat:new"), {"assistant": assistant, "text": "hello"})
-            session = ChatSession.objects.for_user(self.alice).latest("id")
-            pages[assistant] = self.client.get(reverse("chat:session", args=[session.session_id])).content.decode()
-        # The general assistant keeps no state but writes summaries: its panel is the summary's, there before
-        # the first reply ends (the chat's width never changes under it), with no "State v0" and no editor.
-        assert 'data-panel="summary"' in pages["general"] and "appears here once" in pages["general"]
-        assert "state-version" not in pages["general"] and "Edit as JSON" not in pages["general"]
-        assert 'data-panel="state"' in pages["shopping"] and "Edit as JSON" in pages["shopping"]
-        bare = make_session(self.alice, component_id="gone-assistant", name="Old")
-        page = self.client.get(reverse("chat:session", args=[bare.session_id])).content.decode()
-        assert 'data-panel="none"' in page
-
-
 # Every URL parameter that carries a number: a crafted value is a 400 with a message, never a 500.
 CRAFTED_NUMBERS = ["nonsense", "-1", "1.5", "\u00b2", "9" * 20, "9223372036854775808", "1" * 5000, "", " 1", "0x10"]
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from chatapp.state_edits import StaleStateError, replace_state
 from sessions_core.models import ChatSession, StateChange
-from tests.support.factories import make_run
+from tests.support.factories import make_run, make_session
 from tests.support.web_helpers import GroupListener, WebTestCase
 
 
@@ -208,3 +208,20 @@ class TestReplaceState(StateTestCase):
         else:
             raise AssertionError("another user's session was written")
         assert ChatSession.objects.get(pk=self.session.pk).state_version == 3
+
+
+class TestStatePanelPresence(WebTestCase):
+    def test_the_panel_shows_state_or_a_summary_from_the_first_load_and_is_absent_without_either(self):
+        pages = {}
+        for assistant in ("general", "shopping"):
+            self.client.post(reverse("chat:new"), {"assistant": assistant, "text": "hello"})
+            session = ChatSession.objects.for_user(self.alice).latest("id")
+            pages[assistant] = self.client.get(reverse("chat:session", args=[session.session_id])).content.decode()
+        # The general assistant keeps no state but writes summaries: its panel is the summary's, there before
+        # the first reply ends (the chat's width never changes under it), with no "State v0" and no editor.
+        assert 'data-panel="summary"' in pages["general"] and "appears here once" in pages["general"]
+        assert "state-version" not in pages["general"] and "Edit as JSON" not in pages["general"]
+        assert 'data-panel="state"' in pages["shopping"] and "Edit as JSON" in pages["shopping"]
+        bare = make_session(self.alice, component_id="gone-assistant", name="Old")
+        page = self.client.get(reverse("chat:session", args=[bare.session_id])).content.decode()
+        assert 'data-panel="none"' in page
