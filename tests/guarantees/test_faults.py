@@ -146,8 +146,11 @@ def test_a_run_whose_database_stays_down_ends_as_an_error_and_writes_nothing(own
 
 def test_a_chat_whose_database_is_down_as_the_reply_ends_completes_and_goes_on(own_postgres, llm_server,  # noqa: F811
                                                                               llm_server_session, tmp_path):
+    # The first try to store the run waits DATABASE_POOL_TIMEOUT for a connection the stopped server
+    # cannot give, and the test waits on that try: a short one here.
     env = production_env(DATABASE_URL=own_postgres.url, STATIC_ROOT=str(tmp_path / "static"),
-                         OPENAI_BASE_URL=llm_server_session.base_url, OPENAI_API_KEY="test", OPENAI_TIMEOUT="10")
+                         OPENAI_BASE_URL=llm_server_session.base_url, OPENAI_API_KEY="test", OPENAI_TIMEOUT="10",
+                         DATABASE_POOL_TIMEOUT="1")
     server = Server(["bash", "scripts/serve"], env)
     try:
         llm_server.side_responder = background_responder
