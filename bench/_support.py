@@ -81,9 +81,9 @@ def analyze_if_postgres() -> None:
 
 
 def start_server(responder: Callable):
-    """tests/llm_server.py's server, with Nagle's algorithm off: its many small streamed writes would
+    """tests/support/llm_server.py's server, with Nagle's algorithm off: its many small streamed writes would
     otherwise wait on delayed ACKs (about 40 ms per response on Linux), which is not a zero-latency model."""
-    from tests.llm_server import LLMServer, _Handler
+    from tests.support.llm_server import LLMServer, _Handler
 
     class Handler(_Handler):
         disable_nagle_algorithm = True
@@ -189,9 +189,9 @@ async def serve_fake_model(port: int, tokens: int, delay: float, ready: Callable
     """An OpenAI-compatible chat completions endpoint on 127.0.0.1:`port` (0: a free one) that streams
     `tokens` words, one every `delay` seconds, to every request; title and summary requests get the
     short answers a real model gives. One asyncio loop serves every stream (a thread per stream, as
-    tests/llm_server.py has, spends its time switching threads at hundreds of streams), with the same
-    chunk format as tests/llm_server.py. `ready(port)` is called once it listens."""
-    from tests.llm_server import _chunk, _usage, is_summary_request, is_title_request
+    tests/support/llm_server.py has, spends its time switching threads at hundreds of streams), with the same
+    chunk format as tests/support/llm_server.py. `ready(port)` is called once it listens."""
+    from tests.support.llm_server import _chunk, _usage, is_summary_request, is_title_request
 
     words = [f"word{number} " for number in range(tokens)]
     # BENCH_ARRIVALS=<file>: when each reply's request arrived (wall clock) and its last user message.

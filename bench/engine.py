@@ -4,7 +4,7 @@
     .venv/bin/python bench/engine.py --pg-url postgres://app:app@127.0.0.1:5432/app   # and PostgreSQL
     BENCH_PG_URL=postgres://... .venv/bin/python bench/engine.py
 
-Setup: an in-process local OpenAI-compatible server (tests/llm_server.py) that answers at once,
+Setup: an in-process local OpenAI-compatible server (tests/support/llm_server.py) that answers at once,
 first with a tool call, then (after the tool result) with one word of text. The agent has history on
 (the last 3 runs) and a state tool that appends to a list. Each session is pre-filled with 1, 100,
 1,000 or 10,000 completed runs by bulk insert (Run, Message and StateChange rows, consecutive seqs,
@@ -196,7 +196,7 @@ PROMPT = "Append an item to my list"
 
 
 def responder(body: dict):
-    from tests.llm_server import Text, ToolCalls
+    from tests.support.llm_server import Text, ToolCalls
 
     if body["messages"][-1]["role"] == "tool":
         return Text("Done.")
@@ -386,7 +386,7 @@ COMPARE_CALLS = {"fresh": 2, "history": 1, "state": 2}
 
 def compare_responder(body: dict):
     """The state tool when the agent has it (then one word after its result); else one word."""
-    from tests.llm_server import Text
+    from tests.support.llm_server import Text
 
     if not body.get("tools"):
         return Text("Done.")

@@ -5,7 +5,7 @@
 
 For each reply shape, batch setting and number of sockets on the session, one reply is streamed through the
 code the server runs per batch, in this process, with Django's in-memory channel layer. Tokens (the words
-of the reply with their spaces and newlines, as tests/llm_server.py sends them) arrive every --token-ms on
+of the reply with their spaces and newlines, as tests/support/llm_server.py sends them) arrive every --token-ms on
 a simulated clock; a batch is sent when the path's own rule says it is due:
 
   now      chatapp.live.runner's rule (CHAT_STREAM_BATCH_SECONDS, and the drawing's share of a core,
@@ -47,7 +47,7 @@ from chatapp import live, rendering  # noqa: E402
 from chatapp.broadcast import session_group  # noqa: E402
 from chatapp.live import fragments, runner  # noqa: E402
 from sessions_core.models import ChatSession  # noqa: E402
-from tests.llm_server import _words  # noqa: E402
+from tests.support.llm_server import _words  # noqa: E402
 
 SECTION = """## Part {n}
 

@@ -221,7 +221,7 @@ def child(args) -> None:
 def responder(body: dict):
     """The team's model delegates; the member's (and the plain agent's) calls the state tool; after a
     tool's result, one word."""
-    from tests.llm_server import Text, ToolCalls
+    from tests.support.llm_server import Text, ToolCalls
 
     if body["messages"][-1]["role"] == "tool":
         return Text("Done.")

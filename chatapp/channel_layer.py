@@ -17,7 +17,7 @@ way"), so what is dropped here is never lost text.
 
 Both changes override parts of channels-redis that are not its public API (a shard's `publish` and
 `flush`, the loop layer's `_subscribe_to_channel`, the layer's `_get_layer`), because it offers no
-setting for either; tests/test_channel_layer.py fails if an upgrade reshapes them.
+setting for either; tests/web/test_channel_layer.py fails if an upgrade reshapes them.
 """
 
 from __future__ import annotations

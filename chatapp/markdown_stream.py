@@ -6,7 +6,7 @@ it (a setext underline, a table's delimiter row, a list's next item or a fence's
 block, which is parsed again with each batch). Completed blocks are rendered once, as a segment of the
 reply, and are never parsed again; each batch parses and renders only the text from the open block on.
 Rendered as it is, concatenated, the whole equals `rendering.render_markdown` of the text so far
-(tests/test_markdown_stream.py checks it at every prefix of its samples).
+(tests/web/test_markdown_stream.py checks it at every prefix of its samples).
 
 One exception: a reference definition (`[x]: https://...`) can turn earlier text into a link, so a reply
 that has one is drawn whole from then on (one segment less: the browser is told to keep nothing).

@@ -94,7 +94,7 @@ def read_history(read: HistoryRead | None, alias: str) -> list[ChatMessage]:
 
     It runs at every run's start, and the ORM spends many times the statement's own time building this
     read (a subquery with its own order and limit), so it is plain SQL through Django's cursor, written
-    once per database from the models' names (`_history_sql`); tests/test_history.py holds it to the
+    once per database from the models' names (`_history_sql`); tests/engine/test_history.py holds it to the
     ORM's answer."""
     if read is None:
         return []

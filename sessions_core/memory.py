@@ -13,7 +13,7 @@ Meant for one thread at a time: SQLite's shared in-memory databases lock whole t
 run writing at the same moment fails with "database table is locked" instead of waiting its turn.
 Use the Django database for concurrent runs. In Django's test cases, which refuse databases they were
 not told about, make it before the class is set up and add its `alias` to `databases`
-(tests/test_memory_db.py does).
+(tests/engine/test_memory_db.py does).
 """
 
 from __future__ import annotations

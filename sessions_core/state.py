@@ -194,7 +194,7 @@ def diff(before: Mapping, after: Mapping) -> tuple[list, list]:
     usual shopping-list edit) is compared in one slice, so the cost follows the size of the change
     rather than the size of the state. Written here rather than taken from jsonpatch (which applies the
     patches): its `make_patch` misses a type change inside a list (5 to 5.0, 1 to True) and some of its
-    patches for list edits do not apply (tests/test_state.py's random round trips find both).
+    patches for list edits do not apply (tests/engine/test_state.py's random round trips find both).
     """
     patch: list = []
     undo: list = []

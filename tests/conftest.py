@@ -3,8 +3,8 @@ from contextlib import suppress
 
 import pytest
 
-from tests.example_support import served  # noqa: F401  (fixtures)
-from tests.llm_server import llm_server, llm_server_session, openai_model  # noqa: F401
+from tests.support.example_support import served  # noqa: F401  (fixtures)
+from tests.support.llm_server import llm_server, llm_server_session, openai_model  # noqa: F401
 
 
 def pytest_configure(config):

@@ -20,8 +20,8 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from tests.llm_server import background_responder
-from tests.server_process import ServerProcess
+from tests.support.llm_server import background_responder
+from tests.support.server_process import ServerProcess
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 SCREENSHOTS = BASE_DIR / "artifacts" / "screenshots"

@@ -13,9 +13,9 @@ from playwright.sync_api import expect
 
 from sessions_core.models import ChatSession, Run, RunStatus
 from tests.e2e.conftest import Daphne, _server_env, log_in
-from tests.factories import make_run, make_session, make_user
-from tests.live_support import stored_text
-from tests.llm_server import Error, Text, ToolCalls, summary_responder
+from tests.support.factories import make_run, make_session, make_user
+from tests.support.live_support import stored_text
+from tests.support.llm_server import Error, Text, ToolCalls, summary_responder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=10_000)

@@ -8,8 +8,8 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
 from tests.e2e.conftest import log_in
-from tests.factories import make_run, make_session
-from tests.llm_server import Text, ToolCalls, summary_responder
+from tests.support.factories import make_run, make_session
+from tests.support.llm_server import Text, ToolCalls, summary_responder
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

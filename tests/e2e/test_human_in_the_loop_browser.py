@@ -11,8 +11,8 @@ from playwright.sync_api import expect
 
 from sessions_core.models import ChatSession, Run, RunStatus
 from tests.e2e.conftest import Daphne, _server_env, log_in
-from tests.factories import make_session, make_user
-from tests.llm_server import Text, ToolCalls
+from tests.support.factories import make_session, make_user
+from tests.support.llm_server import Text, ToolCalls
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=10_000)

@@ -12,8 +12,8 @@ from playwright.sync_api import expect
 from sessions_core.models import ChatSession, Run, RunStatus
 from tests.e2e.conftest import BASE_DIR, log_in
 from tests.e2e.test_ux_browser import open_chat, watch_console
-from tests.factories import make_run, make_session, make_user
-from tests.llm_server import Text, ToolCalls
+from tests.support.factories import make_run, make_session, make_user
+from tests.support.llm_server import Text, ToolCalls
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=10_000)
@@ -316,7 +316,7 @@ def test_deleting_the_last_chat_lands_in_a_new_chat_with_the_undo_and_the_typed_
 
 
 def test_the_chats_width_stays_put_when_the_first_reply_and_its_summary_arrive(page, daphne_server, llm_server):
-    from tests.llm_server import Text
+    from tests.support.llm_server import Text
 
     llm_server.add(Text("Hello there!"))
     alice = make_user("alice")

@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 from sessions_core.user_memories import store
 from tests.e2e.conftest import log_in
 from tests.e2e.test_chat_browser import last_run, open_chat, send
-from tests.factories import make_session, make_user
+from tests.support.factories import make_session, make_user
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=10_000)

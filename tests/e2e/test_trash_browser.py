@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from sessions_core.models import ChatSession, RunStatus
 from tests.e2e.conftest import log_in
-from tests.factories import make_run, make_session, make_user
+from tests.support.factories import make_run, make_session, make_user
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=10_000)

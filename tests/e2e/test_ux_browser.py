@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from sessions_core.models import ChatSession
 from tests.e2e.conftest import log_in
-from tests.factories import make_run, make_session, make_user
+from tests.support.factories import make_run, make_session, make_user
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=10_000)
@@ -123,7 +123,7 @@ def test_the_tab_title_follows_a_rename_here_and_in_another_tab(context, daphne_
 
 
 def test_normal_use_logs_no_console_errors(context, daphne_server, llm_server):
-    from tests.llm_server import Text
+    from tests.support.llm_server import Text
 
     alice = make_user("alice")
     alice.is_staff = alice.is_superuser = True
