@@ -191,7 +191,7 @@ async def serve_fake_model(port: int, tokens: int, delay: float, ready: Callable
     short answers a real model gives. One asyncio loop serves every stream (a thread per stream, as
     tests/support/llm_server.py has, spends its time switching threads at hundreds of streams), with the same
     chunk format as tests/support/llm_server.py. `ready(port)` is called once it listens."""
-    from tests.support.llm_server import _chunk, _usage, is_summary_request, is_title_request
+    from tests.support.llm_server import _chunk, _usage, is_memory_request, is_summary_request, is_title_request
 
     words = [f"word{number} " for number in range(tokens)]
     # BENCH_ARRIVALS=<file>: when each reply's request arrived (wall clock) and its last user message.
@@ -202,6 +202,8 @@ async def serve_fake_model(port: int, tokens: int, delay: float, ready: Callable
             return ["Load ", "test ", "chat"], 0.0
         if is_summary_request(body):
             return [json.dumps({"summary": "The user asked for a long answer.", "topics": ["load"]})], 0.0
+        if is_memory_request(body):  # the memory manager: nothing worth remembering
+            return ["No ", "change."], 0.0
         return words, delay
 
     def event(payload: dict) -> bytes:

@@ -523,12 +523,12 @@ def measure(server: Server, label: str, clients: int, waves: int, turns: int, ti
 
 
 def read_arrivals() -> dict[str, float]:
-    """When each message's reply request reached the fake model (the newest, by the message's text)."""
+    """When each message's reply request reached the fake model (the first, by the message's text)."""
     arrived = {}
     with contextlib.suppress(OSError):
         for line in Path(ARRIVALS).read_text().splitlines():
             at, _, said = line.partition("\t")
-            arrived[json.loads(said)] = float(at)
+            arrived.setdefault(json.loads(said), float(at))
     return arrived
 
 
