@@ -54,7 +54,9 @@ class Transfer(models.Model):
     memories = models.PositiveIntegerField(default=0)  # memories an import added
     filename = models.CharField(max_length=200, blank=True)  # an export's name for the download
     size = models.PositiveBigIntegerField(default=0)  # an export file's bytes
-    worker_pid = models.IntegerField(null=True, blank=True)
+    host = models.CharField(max_length=255, blank=True)  # where its processes run
+    supervisor_pid = models.IntegerField(null=True, blank=True)  # `manage.py transfer`
+    worker_pid = models.IntegerField(null=True, blank=True)  # its child, doing the work
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

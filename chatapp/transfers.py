@@ -23,6 +23,8 @@ it took, so it holds the database (SQLite's one writer at a time) for at most ha
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -45,7 +47,7 @@ NOT_AN_EXPORT = ("This file is not a chat export from this app. Import takes the
                  "(or a chat's “Download as JSON”) saved.")
 
 # The supervising processes this server process started: polled (so an ended one does not linger as a
-# zombie) whenever it starts another.
+# zombie) by `recover`, which each import and export POST calls first.
 _processes: dict[int, subprocess.Popen] = {}
 
 
@@ -71,9 +73,6 @@ def _command(transfer_pk: int, *extra: str) -> list[str]:
 
 def start(transfer: Transfer) -> subprocess.Popen:
     """Starts the transfer's process, in a session of its own (a server that stops does not stop it)."""
-    for pk, process in list(_processes.items()):
-        if process.poll() is not None:
-            del _processes[pk]
     process = subprocess.Popen(_command(transfer.pk), cwd=settings.BASE_DIR, stdin=subprocess.DEVNULL,
                                start_new_session=True)
     _processes[transfer.pk] = process
@@ -83,11 +82,43 @@ def start(transfer: Transfer) -> subprocess.Popen:
 def supervise(transfer_pk: int) -> None:
     """Runs the work in a child process and waits for it; a child gone without an outcome is a failure."""
     worker = subprocess.Popen(_command(transfer_pk, "--work"), cwd=settings.BASE_DIR, stdin=subprocess.DEVNULL)
-    Transfer.objects.filter(pk=transfer_pk).update(worker_pid=worker.pid)
+    Transfer.objects.filter(pk=transfer_pk).update(host=socket.gethostname(), supervisor_pid=os.getpid(),
+                                                   worker_pid=worker.pid)
     worker.wait()
     transfer = Transfer.objects.get(pk=transfer_pk)
     if not transfer.finished:
         fail(transfer, STOPPED.format(kind=transfer.kind))
+
+
+def recover(transfers) -> int:
+    """Of `transfers`, those unfinished whose `manage.py transfer` on this host is gone (with the machine,
+    say) failed as stopped, their stored chats deleted; how many. Transfers another host runs are left
+    to it, and so are those whose process has not started yet."""
+    for pk, process in list(_processes.items()):  # this process's children: ended ones reaped first
+        if process.poll() is not None:
+            del _processes[pk]
+    stopped = 0
+    unfinished = transfers.exclude(status__in=(Transfer.Status.DONE, Transfer.Status.FAILED))
+    for transfer in unfinished.filter(host=socket.gethostname(), supervisor_pid__isnull=False):
+        if not _alive(transfer.supervisor_pid):
+            fail(transfer, STOPPED.format(kind=transfer.kind))
+            stopped += 1
+    return stopped
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (an ended one not yet reaped by its parent, a zombie, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: the signal 0 check
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return state != "Z"
 
 
 def work(transfer: Transfer) -> None:

@@ -161,3 +161,29 @@ def test_a_new_export_replaces_the_last_one(users):
     new = finished(client.post(reverse("chat:export_all")))
     assert new.status == "done" and not Transfer.objects.filter(pk=last.pk).exists()
     assert not transfers.export_path(last).exists() and transfers.export_path(new).exists()
+
+
+def test_a_transfer_whose_process_went_with_the_machine_is_failed_at_the_next_start_or_import(users):
+    import socket
+    import subprocess
+
+    from django.core.management import call_command
+
+    alice, _, _ = users
+    ended = subprocess.Popen(["true"])
+    ended.wait()  # its pid now names no process
+    half = [make_session(alice, name=f"Chat {number} (imported)").pk for number in range(2)]
+    stale = Transfer.objects.create(owner=alice, kind="import", status="running", done=2, total=9, stored=half,
+                                    host=socket.gethostname(), supervisor_pid=ended.pid)
+    elsewhere = Transfer.objects.create(owner=alice, kind="export", status="running", host="another-host",
+                                        supervisor_pid=ended.pid)
+    call_command("transfer", recover=True)
+    stale.refresh_from_db()
+    assert stale.status == "failed" and "its process ended" in stale.error
+    assert not ChatSession.objects.filter(pk__in=half).exists()
+    assert Transfer.objects.get(pk=elsewhere.pk).status == "running"  # its host's to tell
+
+    Transfer.objects.filter(pk=stale.pk).update(status="running", stored=[])
+    response = client_of(alice).post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", b"[]")})
+    assert response.status_code == 302 and Transfer.objects.get(pk=stale.pk).status == "failed"
+    finished(response)

@@ -83,6 +83,7 @@ def export_all(request: HttpRequest) -> HttpResponse:
     downloaded when done; the GET page starts one, or shows the last. A new export replaces the user's last."""
     exports = Transfer.objects.for_user(request.user).filter(kind=Transfer.Kind.EXPORT).order_by("-created_at")
     if request.method == "POST":
+        transfers.recover(exports)
         running = exports.exclude(status__in=FINISHED).first()
         if running is not None:
             return redirect("chat:transfer", running.transfer_id)
@@ -104,6 +105,8 @@ def import_chats(request: HttpRequest) -> HttpResponse:
     then read, checked and written by a process of its own (chatapp/transfers.py), whose page the POST
     opens: all of the file or, with a message saying why, none of it."""
     imports = Transfer.objects.for_user(request.user).filter(kind=Transfer.Kind.IMPORT).order_by("-created_at")
+    if request.method == "POST":
+        transfers.recover(imports)
     running = imports.exclude(status__in=FINISHED).first()
     error = ""
     if request.method == "POST":
