@@ -173,9 +173,14 @@ def main() -> None:
     parser.add_argument("--export-chats", type=int, default=20_000)
     parser.add_argument("--idle-rounds", type=int, default=30)
     parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout whose scripts/serve serves (its .venv)")
-    parser.add_argument("--against", type=Path, help="another checkout, served too: each phase on it, then on --tree")
+    parser.add_argument("--against", type=Path, help="another checkout, served too (each phase on both, in turn)")
+    parser.add_argument("--nice", type=int, action="append", default=[],
+                        help="--tree served again with this CHAT_TRANSFER_NICE (repeatable)")
     args = parser.parse_args()
-    trees = [tree.resolve() for tree in ([args.against] if args.against else []) + [args.tree]]
+    setups = ([(args.against.resolve(), {}, str(args.against.resolve()))] if args.against else [])
+    setups.append((args.tree.resolve(), {}, str(args.tree.resolve()) if args.against or args.nice else ""))
+    setups += [(args.tree.resolve(), {"CHAT_TRANSFER_NICE": str(nice)}, f"{args.tree.resolve()} nice {nice}")
+               for nice in args.nice]
 
     with contextlib.ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-import-")))
@@ -187,7 +192,7 @@ def main() -> None:
         from sessions_core import export
         from sessions_core.models import ChatSession
 
-        clients = load.make_clients(1 + 2 * len(trees), secrets.token_hex(3))
+        clients = load.make_clients(1 + 2 * len(setups), secrets.token_hex(3))
         exporter = clients[0]
         began = time.perf_counter()
         owner = ChatSession.objects.get(pk=exporter.session_pk).owner
@@ -195,44 +200,59 @@ def main() -> None:
         print(f"{'PostgreSQL' if args.pg else 'SQLite'}: the exporter's {args.export_chats:,} chats stored in "
               f"{time.perf_counter() - began:.1f} s", flush=True)
 
-        served = []  # (label, port, importer, other) per tree, all on the same database, one busy at a time
-        for number, tree in enumerate(trees):
+        served = []  # per setup: (label, server, importer, other), all on the same database, one busy at a time
+        for number, (tree, env, label) in enumerate(setups):
             server = load.Server(tree, 1, database_url, "", "http://127.0.0.1:9/v1", None,
                                  extra_env={"CHAT_IMPORTS_PER_HOUR": "0", "CHAT_IMPORT_MAX_BYTES": "200000000",
-                                            "CHAT_IMPORT_MAX_CHATS": "0", "CHAT_MAX_CHATS_PER_USER": "0"})
+                                            "CHAT_IMPORT_MAX_CHATS": "0", "CHAT_MAX_CHATS_PER_USER": "0", **env})
             stack.callback(server.stop)
-            served.append((str(tree) if len(trees) > 1 else "", server.port, clients[1 + 2 * number], clients[2 + 2 * number]))
+            served.append((label, server, clients[1 + 2 * number], clients[2 + 2 * number]))
         idle = {}
-        for label, port, _, other in served:
-            Other(Browser(port, other.cookie), other.session_id).rounds(3)  # warm: the first requests load templates
-            idle[label] = Other(Browser(port, other.cookie), other.session_id).rounds(args.idle_rounds)
+        for label, server, _, other in served:
+            Other(Browser(server.port, other.cookie), other.session_id).rounds(3)  # warm: the first requests load templates
+            idle[label] = Other(Browser(server.port, other.cookie), other.session_id).rounds(args.idle_rounds)
 
         data = document(args.import_chats)
-        rows, failures = [], []
+        measured: dict[tuple[str, str], Other] = {}
+        server_cpu: dict[tuple[str, str], float] = {}
+        # Each phase on every setup in turn, then again in the reverse order (A B B A), so that a load that
+        # grows or falls over the run (a shared machine) weighs on every setup alike.
         for phase in ("import", "export"):
-            for label, port, importer, other in served:
+            for label, server, importer, other in served + served[::-1]:
+                pids = server.pids()  # the server's own processes: not the transfer's, started from it
+                cpu = load.cpu_seconds(pids)
                 if phase == "import":
-                    figures, (outcome, seconds) = Other(Browser(port, other.cookie), other.session_id).during(
-                        lambda port=port, importer=importer: upload(Browser(port, importer.cookie), data))
-                    stored = ChatSession.objects.filter(owner_id=importer.user_pk).count() - 1
-                    print(f"{label or 'import'}: {args.import_chats:,} chats ({len(data) / 1e6:.1f} MB) {outcome} in "
-                          f"{seconds:.1f} s, {stored:,} stored", flush=True)
+                    figures, (outcome, seconds) = Other(Browser(server.port, other.cookie), other.session_id).during(
+                        lambda port=server.port, importer=importer: upload(Browser(port, importer.cookie), data))
+                    print(f"{label or 'import'}: {args.import_chats:,} chats ({len(data) / 1e6:.1f} MB) {outcome} "
+                          f"in {seconds:.1f} s", flush=True)
                 else:
-                    figures, (outcome, size, seconds) = Other(Browser(port, other.cookie), other.session_id).during(
-                        lambda port=port: download_all(Browser(port, exporter.cookie)))
+                    figures, (outcome, size, seconds) = Other(Browser(server.port, other.cookie), other.session_id).during(
+                        lambda port=server.port: download_all(Browser(port, exporter.cookie)))
                     print(f"{label or 'export'}: {args.export_chats:,} chats ({size / 1e6:.1f} MB) {outcome} in "
                           f"{seconds:.1f} s", flush=True)
-                chats = args.import_chats if phase == "import" else args.export_chats
-                rows.append(row(f"{label} {phase} {chats:,}".strip(), figures, idle[label]))
-                failures += [f"{label} {phase}: {failure}" for failure in figures.failures[:10]]
+                key = (label, phase)
+                server_cpu[key] = server_cpu.get(key, 0) + load.cpu_seconds(pids) - cpu
+                if key in measured:
+                    measured[key].reads += figures.reads
+                    measured[key].writes += figures.writes
+                    measured[key].failures += figures.failures
+                else:
+                    measured[key] = figures
 
-        print("The other user's requests (ms): his chat's page (read), a rename (write); "
-              "p50 and p95 against the idle server's")
+        print("The other user's requests (ms): his chat's page (read), a rename (write); p50 and p95 against the "
+              "idle server's; server CPU: the server process's CPU seconds over both runs of the phase (ms per request of his)")
+        rows = [row(f"{label} idle".strip(), idle[label], None) + ("-",) for label, *_ in served]
+        for (label, phase), figures in measured.items():
+            chats = args.import_chats if phase == "import" else args.export_chats
+            requests = len(figures.reads) + len(figures.writes)
+            rows.append(row(f"{label} {phase} {chats:,}".strip(), figures, idle[label])
+                        + (f"{server_cpu[label, phase]:.1f} ({server_cpu[label, phase] / requests * 1000:.1f})",))
         print_table([("while", "requests", "failed", "read p50", "read p95", "read max", "read vs idle",
-                      "write p50", "write p95", "write max", "write vs idle"),
-                     *[row(f"{label} idle".strip(), idle[label], None) for label, *_ in served], *rows])
-        for failure in failures:
-            print(f"failed request: {failure}", file=sys.stderr)
+                      "write p50", "write p95", "write max", "write vs idle", "server CPU"), *rows])
+        for (label, phase), figures in measured.items():
+            for failure in figures.failures[:10]:
+                print(f"failed request: {label} {phase}: {failure}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ class TransferQuerySet(models.QuerySet):
 class Transfer(models.Model):
     """One import (an uploaded export, stored as new chats) or export (all of a user's chats, written to a
     file to download), done by `manage.py transfer` in a process of its own. `done` of `total` chats so far;
-    an import's stored chats are listed in `stored` as each batch commits, so a failed one, whatever
+    an import's stored chats are listed in `stored` (as runs of pks) as each batch commits, so a failed one, whatever
     stopped it, is taken away again whole."""
 
     class Kind(models.TextChoices):
@@ -49,7 +49,7 @@ class Transfer(models.Model):
     done = models.PositiveIntegerField(default=0)
     total = models.PositiveIntegerField(null=True, blank=True)  # known once the file is read (or the chats counted)
     error = models.TextField(blank=True)
-    stored = models.JSONField(default=list, blank=True)  # an import's sessions (pks) committed so far
+    stored = models.JSONField(default=list, blank=True)  # an import's sessions committed so far: [first, last] pk runs
     first_session_id = models.CharField(max_length=64, blank=True)  # the chat an import opens when done
     memories = models.PositiveIntegerField(default=0)  # memories an import added
     filename = models.CharField(max_length=200, blank=True)  # an export's name for the download

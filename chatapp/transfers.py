@@ -137,9 +137,11 @@ def work(transfer: Transfer) -> None:
 def fail(transfer: Transfer, error: str) -> None:
     """The transfer as failed, saying why; the chats it stored deleted again, its files removed."""
     stored = Transfer.objects.filter(pk=transfer.pk).values_list("stored", flat=True).get()
-    for begin in range(0, len(stored), 100):
-        with transaction.atomic():
-            ChatSession.objects.for_user(transfer.owner_id).filter(pk__in=stored[begin:begin + 100]).delete()
+    for first, last in stored:
+        for begin in range(first, last + 1, 100):  # a transaction per 100 chats: no writer waits long
+            with transaction.atomic():
+                ChatSession.objects.for_user(transfer.owner_id).filter(
+                    pk__range=(begin, min(begin + 99, last))).delete()
     for path in (upload_path(transfer), export_path(transfer), _part(export_path(transfer))):
         path.unlink(missing_ok=True)
     Transfer.objects.filter(pk=transfer.pk).update(status=Transfer.Status.FAILED, error=error, stored=[], done=0,
@@ -176,16 +178,26 @@ def _import(transfer: Transfer) -> None:
     if error:
         return fail(transfer, error)
     mark_imported(chats)
-    stored: list[int] = []
+    stored: list[list[int]] = []
 
     def record(sessions: list[ChatSession], count: int) -> None:  # in the batch's transaction
-        stored.extend(session.pk for session in sessions)
+        _add_ranges(stored, sorted(session.pk for session in sessions))
         Transfer.objects.filter(pk=transfer.pk).update(done=count, stored=stored)
 
     sessions = export.store_import(chats, transfer.owner, in_batch=record, batch_rows=settings.CHAT_IMPORT_BATCH_ROWS)
     path.unlink(missing_ok=True)
     _finished(transfer, done=len(sessions), memories=sessions.memories,
               first_session_id=sessions[0].session_id if sessions else "")
+
+
+def _add_ranges(ranges: list[list[int]], pks: list[int]) -> None:
+    """`pks` (ascending) added to `ranges`, `[first, last]` runs of consecutive pks (a bulk insert's are,
+    unless another insert came between): the row stays small however many chats the import stores."""
+    for pk in pks:
+        if ranges and ranges[-1][1] == pk - 1:
+            ranges[-1][1] = pk
+        else:
+            ranges.append([pk, pk])
 
 
 def mark_imported(sessions: list[export.ImportedSession]) -> None:

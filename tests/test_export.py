@@ -247,7 +247,7 @@ def test_the_import_page_adds_the_chats_and_opens_the_first(alice_chat, client):
     upload = SimpleUploadedFile("chats.json", exported(session), content_type="application/json")
     transfer = finished(client.post(reverse("chat:import"), {"file": upload}))
     copy = ChatSession.objects.for_user(alice).exclude(pk=session.pk).get()
-    assert (transfer.status, transfer.done, transfer.total, transfer.stored) == ("done", 1, 1, [copy.pk])
+    assert (transfer.status, transfer.done, transfer.total, transfer.stored) == ("done", 1, 1, [[copy.pk, copy.pk]])
     page = client.get(reverse("chat:transfer", args=[transfer.transfer_id])).content.decode()
     assert "Imported 1 chat." in page and reverse("chat:session", args=[copy.session_id]) in page
     assert "hx-trigger" not in page  # done: the page stops asking
