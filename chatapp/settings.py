@@ -344,6 +344,13 @@ CHAT_IMPORT_MAX_BYTES = _number("CHAT_IMPORT_MAX_BYTES", 20_000_000, int, minimu
 # The most chats one import may add, and the most chats a user may have (the trash's too) after one; 0: no limit.
 CHAT_IMPORT_MAX_CHATS = _number("CHAT_IMPORT_MAX_CHATS", 10_000, int)
 CHAT_MAX_CHATS_PER_USER = _number("CHAT_MAX_CHATS_PER_USER", 50_000, int)
+# Imports and exports run in a process of their own (`manage.py transfer`, chatapp/transfers.py): the
+# folder for their files (an upload until it is stored, an export until the user's next one), the rows an
+# import writes per transaction, and the nice value the process runs at (0 to 19: how far the server's
+# own requests go first when the cores are busy).
+CHAT_TRANSFER_DIR = Path(_env(env.str, "CHAT_TRANSFER_DIR", str(BASE_DIR / "var" / "transfers")))
+CHAT_IMPORT_BATCH_ROWS = _number("CHAT_IMPORT_BATCH_ROWS", 100, int, minimum=1)
+CHAT_TRANSFER_NICE = _number("CHAT_TRANSFER_NICE", 10, int)
 
 # Limits on every JSON that enters (sessions_core/limits.py, which has the same defaults); 0 turns one off.
 # Deepest nesting of arrays and objects: socket frames, state edits, imports, tool arguments and

@@ -129,10 +129,11 @@ def _session_json(session: ChatSession, runs: Iterable[Run]) -> Iterator[str]:
 EXPORT_CHATS_PER_READ = 100  # sessions read at a time by an export of several
 
 
-def export_all_json(sessions: QuerySet[ChatSession], username: str, now: datetime, user=None) -> Iterator[str]:
+def export_all_json(sessions: QuerySet[ChatSession], username: str, now: datetime, user=None,
+                    on_read: Callable[[int, int], None] | None = None) -> Iterator[str]:
     """Several sessions (a user's: `sessions` is scoped to them) as one JSON object, in the queryset's order:
     `{"user", "exported_at", "sessions": [...]}`; given the `user`, their memories follow (`"memories": [...]`,
-    each with its `history`).
+    each with its `history`). `on_read(written, total)` after each group of sessions.
 
     Read a group at a time, with no cursor left open between them: the sessions' ids first, then
     EXPORT_CHATS_PER_READ sessions per query and the runs of as many of them as hold BATCH_RUNS runs in one
@@ -149,6 +150,8 @@ def export_all_json(sessions: QuerySet[ChatSession], username: str, now: datetim
             for session, runs in group:
                 yield ("," if number else "") + "".join(_session_json(session, runs))
                 number += 1
+        if on_read is not None:
+            on_read(number, len(ids))
     if user is None:
         yield "]}"
         return
@@ -402,11 +405,13 @@ def read_import(data: bytes | str) -> list[ImportedSession]:
     return chats
 
 
-def store_import(sessions: list[ImportedSession], user,
-                 on_batch: Callable[[int, int], None] | None = None) -> list[ChatSession]:
-    """The chats `read_import` returned as new sessions of `user`, a batch at a time (IMPORT_BATCH_ROWS),
-    each batch committed on its own; `on_batch(stored, total)` after each. Should a write fail, the chats
-    already stored are deleted again and the error raised: the import is whole or not at all.
+def store_import(sessions: list[ImportedSession], user, on_batch: Callable[[int, int], None] | None = None,
+                 in_batch: Callable[[list[ChatSession], int], None] | None = None,
+                 batch_rows: int | None = None) -> list[ChatSession]:
+    """The chats `read_import` returned as new sessions of `user`, a batch at a time (`batch_rows`, by default
+    IMPORT_BATCH_ROWS), each batch committed on its own; `in_batch(its sessions, stored so far)` inside each
+    batch's transaction (to record them with it), `on_batch(stored, total)` after each. Should a write fail,
+    the chats already stored are deleted again and the error raised: the import is whole or not at all.
 
     Every session, run and message gets a new id (a document cannot reach another user's rows or
     collide with any), the state becomes version 1 (its change recorded as "import"), runs that were
@@ -415,10 +420,12 @@ def store_import(sessions: list[ImportedSession], user,
     stored: list[ChatSession] = []
     imported = Imported()
     try:
-        for batch in _batches(sessions):
+        for batch in _batches(sessions, batch_rows or IMPORT_BATCH_ROWS):
             began = time.monotonic()
             with transaction.atomic():
                 stored += _import_batch(batch, user)
+                if in_batch is not None:
+                    in_batch(stored[-len(batch):], len(stored))
             if on_batch is not None:
                 on_batch(len(stored), len(sessions))
             if len(stored) < len(sessions):
@@ -436,12 +443,12 @@ def store_import(sessions: list[ImportedSession], user,
     return imported
 
 
-def _batches(sessions: list[ImportedSession]) -> Iterator[list[ImportedSession]]:
-    """The chats in groups of about IMPORT_BATCH_ROWS rows (a chat larger than that is a batch of its own)."""
+def _batches(sessions: list[ImportedSession], batch_rows: int) -> Iterator[list[ImportedSession]]:
+    """The chats in groups of about `batch_rows` rows (a chat larger than that is a batch of its own)."""
     batch, rows = [], 0
     for session in sessions:
         size = 1 + _rows(session.runs)
-        if batch and rows + size > IMPORT_BATCH_ROWS:
+        if batch and rows + size > batch_rows:
             yield batch
             batch, rows = [], 0
         batch.append(session)

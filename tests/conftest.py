@@ -54,3 +54,14 @@ def _fresh_rate_limit_counters():
 
     cache.clear()
     yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _transfer_folder(tmp_path_factory):
+    """Imports' and exports' files in a folder of the test run's, for the test process and the transfer
+    processes it starts (which read the environment)."""
+    from django.conf import settings
+
+    folder = str(tmp_path_factory.mktemp("transfers"))
+    os.environ["CHAT_TRANSFER_DIR"] = settings.CHAT_TRANSFER_DIR = folder
+    yield

@@ -6,7 +6,7 @@ with a redirect or the whole page; the others (`session_list_hx`, `search_hx`) a
 """
 
 from .accounts import account_settings, signup
-from .export import export_all, import_chats, session_export_json, session_export_markdown
+from .export import export_all, import_chats, session_export_json, session_export_markdown, transfer, transfer_download
 from .memories import memories_forget, memories_page, memories_setting, memory_add, memory_delete, memory_edit, memory_undo
 from .pages import index, new_session, session_page, session_version, transcript_hx, trash
 from .search import search_hx
@@ -25,7 +25,7 @@ from .state import state_edit_hx, state_panel_hx, state_version_hx
 
 __all__ = [
     "account_settings", "fork", "signup", "export_all", "import_chats", "session_export_json", "session_export_markdown",
-    "index", "new_session", "session_page", "session_version", "transcript_hx", "trash", "search_hx", "session_delete_hx",
+    "transfer", "transfer_download", "index", "new_session", "session_page", "session_version", "transcript_hx", "trash", "search_hx", "session_delete_hx",
     "session_destroy_hx", "session_list_hx", "session_pin_hx", "session_rename_hx",
     "session_restore_hx", "session_retitle_hx", "state_edit_hx", "state_panel_hx", "state_version_hx",
     "trash_empty_hx", "memories_forget", "memories_page", "memories_setting", "memory_add", "memory_delete",

@@ -1,5 +1,6 @@
-"""Downloads: one session as Markdown or JSON, or all of a user's chats as JSON; and such a JSON file
-uploaded back as new chats (sessions_core.export)."""
+"""Downloads: one session as Markdown or JSON (streamed here), or all of a user's chats as JSON; and such a
+JSON file uploaded back as new chats. Exporting and importing all of them is a transfer done by a process
+of its own (chatapp/transfers.py), with a page that shows its progress and then its outcome."""
 
 from __future__ import annotations
 
@@ -10,26 +11,27 @@ from itertools import islice
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from django.shortcuts import redirect, render
-from django.utils import timezone
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_http_methods
 
 from sessions_core import export
 from sessions_core.models import ChatSession
 
+from .. import transfers
 from ..assistants import assistant_name
+from ..models import Transfer
 from ..ratelimits import IMPORTS, by_user, limit_posts
-from .common import owned_session
+from .common import HtmxHttpRequest, owned_session
 
 
 STREAM_PARTS = 64  # parts (a run each, in JSON) read from the database per trip to Django's sync thread
 # The share of the process's time a download may take: after each trip it waits so that its work is at
-# most this share of the time since. A download of 20,000 chats is work for seconds of one core, and
-# other users' requests in the same process would wait behind it for the interpreter's lock.
+# most this share of the time since. A session of many runs is work for seconds of one core, and other
+# users' requests in the same process would wait behind it for the interpreter's lock.
 DOWNLOAD_SHARE = 0.5
 
 
@@ -47,8 +49,8 @@ async def _streamed(parts: Iterator[str]) -> AsyncIterator[str]:
         await asyncio.sleep(work * (1 - DOWNLOAD_SHARE) / DOWNLOAD_SHARE)
 
 
-def _download(parts: Iterator[str], content_type: str, filename: str) -> StreamingHttpResponse:
-    response = StreamingHttpResponse(_streamed(parts), content_type=content_type)
+def _download(parts: AsyncIterator, content_type: str, filename: str) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(parts, content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     response["Cache-Control"] = "private, no-store"  # a user's conversations: no shared cache keeps them
     return response
@@ -63,76 +65,49 @@ def _filename(session: ChatSession, extension: str) -> str:
 def session_export_markdown(request: HttpRequest, session_id: str) -> StreamingHttpResponse:
     session = owned_session(request, session_id)
     parts = export.export_markdown(session, assistant_name(session.component_id))
-    return _download(parts, "text/markdown; charset=utf-8", _filename(session, "md"))
+    return _download(_streamed(parts), "text/markdown; charset=utf-8", _filename(session, "md"))
 
 
 @login_required
 @require_GET
 def session_export_json(request: HttpRequest, session_id: str) -> StreamingHttpResponse:
     session = owned_session(request, session_id)
-    return _download(export.export_json(session), "application/json", _filename(session, "json"))
+    return _download(_streamed(export.export_json(session)), "application/json", _filename(session, "json"))
 
 
 @login_required
-@require_GET
-def export_all(request: HttpRequest) -> StreamingHttpResponse:
-    """Every chat of the user that is not in the trash, newest activity first, then the user's memories."""
-    now = timezone.now()
-    sessions = ChatSession.objects.for_user(request.user).alive().order_by("-last_activity_at", "-id")
-    parts = export.export_all_json(sessions, request.user.get_username(), now, user=request.user)
-    return _download(parts, "application/json", f"chats-{slugify(request.user.get_username())}-{now:%Y%m%d}.json")
+@require_http_methods(["GET", "POST"])
+def export_all(request: HttpRequest) -> HttpResponse:
+    """Every chat of the user that is not in the trash, newest activity first, then the user's memories, as
+    one JSON file: a POST starts writing it (chatapp/transfers.py) and opens its page, where it is
+    downloaded when done; the GET page starts one, or shows the last. A new export replaces the user's last."""
+    exports = Transfer.objects.for_user(request.user).filter(kind=Transfer.Kind.EXPORT).order_by("-created_at")
+    if request.method == "POST":
+        transfers.recover(exports)
+        running = exports.exclude(status__in=FINISHED).first()
+        if running is not None:
+            return redirect("chat:transfer", running.transfer_id)
+        transfers.discard(exports)
+        transfer = Transfer.objects.create(owner=request.user, kind=Transfer.Kind.EXPORT)
+        transaction.on_commit(lambda: transfers.start(transfer))
+        return redirect("chat:transfer", transfer.transfer_id)
+    return render(request, "chatapp/export.html", {"transfer": exports.first()})
 
 
-IMPORTED = " (imported)"
-
-
-def _mark_imported(sessions: list[export.ImportedSession]) -> None:
-    """An imported chat says so in its title, so it is never taken for its original (in the sidebar, in
-    search, in the tab's title)."""
-    for session in sessions:
-        name = " ".join(session.name.split())
-        if not name:
-            session.name = "Imported chat"
-        elif not name.endswith(IMPORTED):
-            session.name = name[: 200 - len(IMPORTED)] + IMPORTED
-
-
-def _over_chat_limits(user, count: int) -> str:
-    """Why `count` more chats for `user` are too many (CHAT_IMPORT_MAX_CHATS, CHAT_MAX_CHATS_PER_USER), or ""."""
-    per_import, per_user = settings.CHAT_IMPORT_MAX_CHATS, settings.CHAT_MAX_CHATS_PER_USER
-    if per_import and count > per_import:
-        return (f"This file holds {count:,} chats; an import takes at most {per_import:,} "
-                "(CHAT_IMPORT_MAX_CHATS). Split it, or import fewer chats.")
-    if per_user:
-        have = ChatSession.objects.for_user(user).count()  # the trash's too: they are stored
-        if have + count > per_user:
-            return (f"You have {have:,} chats and this file holds {count:,}; a user may have at most "
-                    f"{per_user:,} (CHAT_MAX_CHATS_PER_USER, the trash counts). Empty the trash or delete some first.")
-    return ""
-
-
-NOT_AN_EXPORT = ("This file is not a chat export from this app. Import takes the JSON file that “Export” "
-                 "(or a chat's “Download as JSON”) saved.")
-
-
-def _refusal_in_words(message: str) -> str:
-    """The engine's refusal, where it names a parser's or a validator's internals, in a user's words."""
-    if "discriminator" in message or "expected tags" in message or "the document: Input should be a valid dict" in message:
-        return NOT_AN_EXPORT
-    if "integer string conversion" in message:
-        return "This file holds a number too long to read (more than 4,300 digits): it is not a chat export."
-    if message.startswith("Not a JSON file"):
-        return "This file is not JSON, so it is not a chat export from this app."
-    return message
+FINISHED = (Transfer.Status.DONE, Transfer.Status.FAILED)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 @limit_posts((IMPORTS, by_user))
 def import_chats(request: HttpRequest) -> HttpResponse:
-    """A JSON file this app exported (one chat or all of them) becomes new chats of the user: all of the
-    file or, with a message saying why, none of it. Its chats count against CHAT_IMPORT_MAX_CHATS and
-    CHAT_MAX_CHATS_PER_USER."""
+    """A JSON file this app exported (one chat or all of them) becomes new chats of the user: stored here,
+    then read, checked and written by a process of its own (chatapp/transfers.py), whose page the POST
+    opens: all of the file or, with a message saying why, none of it."""
+    imports = Transfer.objects.for_user(request.user).filter(kind=Transfer.Kind.IMPORT).order_by("-created_at")
+    if request.method == "POST":
+        transfers.recover(imports)
+    running = imports.exclude(status__in=FINISHED).first()
     error = ""
     if request.method == "POST":
         upload = request.FILES.get("file")
@@ -141,20 +116,49 @@ def import_chats(request: HttpRequest) -> HttpResponse:
             error = "Choose a file to import."
         elif upload.size > limit:
             error = f"The file is {upload.size:,} bytes; the limit is {limit:,} (CHAT_IMPORT_MAX_BYTES)."
+        elif running is not None:
+            error = "An import of yours is still running: wait until it is done."
         else:
-            try:
-                chats = export.read_import(upload.read())
-            except export.ImportRefused as exc:
-                error = _refusal_in_words(str(exc))
-            else:
-                error = _over_chat_limits(request.user, len(chats))
-            if not error:
-                _mark_imported(chats)
-                sessions = export.store_import(chats, request.user)  # in batches: other users' writes go on
-                count, remembered = len(sessions), sessions.memories
-                memories_note = f" and {remembered} memor{'y' if remembered == 1 else 'ies'}" if remembered else ""
-                messages.success(request, f"Imported {count} chat{'' if count == 1 else 's'}{memories_note}.")
-                return redirect("chat:session", sessions[0].session_id) if count else redirect("chat:index")
-    # A missing file is a bad request; a file refused for what it holds (or its size) is a 422.
+            transfer = Transfer.objects.create(owner=request.user, kind=Transfer.Kind.IMPORT)
+            with transfers.upload_path(transfer).open("wb") as file:
+                for chunk in upload.chunks():
+                    file.write(chunk)
+            transaction.on_commit(lambda: transfers.start(transfer))
+            return redirect("chat:transfer", transfer.transfer_id)
+    # A missing file is a bad request; a file refused for its size (or while another runs) is a 422.
     status = (422 if request.FILES.get("file") else 400) if error else 200
-    return render(request, "chatapp/import.html", {"error": error}, status=status)
+    return render(request, "chatapp/import.html", {"error": error, "running": running}, status=status)
+
+
+@login_required
+@require_GET
+def transfer(request: HtmxHttpRequest, transfer_id: str) -> HttpResponse:
+    """An import's or export's progress ("Importing 3,200 of 10,000 chats"), then how it went; the htmx
+    request its page repeats while it runs gets the status fragment alone."""
+    transfer = get_object_or_404(Transfer.objects.for_user(request.user), transfer_id=transfer_id)
+    template = "chatapp/_transfer_status.html" if request.htmx else "chatapp/transfer.html"
+    return render(request, template, {"transfer": transfer})
+
+
+@login_required
+@require_GET
+def transfer_download(request: HttpRequest, transfer_id: str) -> StreamingHttpResponse:
+    """A finished export's file."""
+    transfer = get_object_or_404(Transfer.objects.for_user(request.user), kind=Transfer.Kind.EXPORT,
+                                 status=Transfer.Status.DONE, transfer_id=transfer_id)
+    path = transfers.export_path(transfer)
+    if not path.exists():
+        raise Http404("This export's file is gone.")
+    response = _download(_file_parts(path), "application/json", transfer.filename)
+    response["Content-Length"] = str(path.stat().st_size)
+    return response
+
+
+async def _file_parts(path) -> AsyncIterator[bytes]:
+    """A file a part at a time, each read on a thread (under ASGI a sync iterator would be read whole first)."""
+    with path.open("rb") as file:
+        while part := await asyncio.to_thread(file.read, FILE_PART_BYTES):
+            yield part
+
+
+FILE_PART_BYTES = 1 << 20

@@ -406,7 +406,9 @@ def test_a_chat_downloads_as_json_from_its_sidebar_row_and_imports_back(page, da
     expect(page.locator(".import-page")).to_contain_text("Download as JSON")  # what the page asks for is offered
     page.get_by_label("File").set_input_files(path)
     page.get_by_role("button", name="Import").click()
-    expect(page.locator(".flash")).to_have_text("Imported 1 chat.")
+    # The import's page, asking how it goes until it is done (a process of its own does it).
+    expect(page.locator("#transfer-status")).to_contain_text("Imported 1 chat.")
+    page.get_by_role("link", name="Open the first").click()
     expect(last_run(page)).to_contain_text("Added milk.")
     expect(page.locator(".session-link[aria-current=page] .session-title")).to_have_text("Weekly shop (imported)")
     expect(page.locator("#state-panel")).to_contain_text("milk")
@@ -425,7 +427,9 @@ def test_an_exported_chat_imports_through_the_page(page, daphne_server, tmp_path
     page.get_by_role("link", name="Import").click()
     page.get_by_label("File").set_input_files(str(exported))
     page.get_by_role("button", name="Import").click()
-    expect(page.locator(".flash")).to_have_text("Imported 1 chat.")
+    # The import's page, asking how it goes until it is done (a process of its own does it).
+    expect(page.locator("#transfer-status")).to_contain_text("Imported 1 chat.")
+    page.get_by_role("link", name="Open the first").click()
     expect(last_run(page)).to_contain_text("The kettle.")
     expect(page.locator(".session-link[aria-current=page] .session-title")).to_have_text("Moving house (imported)")
     assert ChatSession.objects.filter(owner=alice, name__startswith="Moving house").count() == 2

@@ -14,6 +14,8 @@ from django.test import AsyncClient, Client
 from django.urls import reverse
 from django.utils import timezone
 
+from chatapp import transfers
+from chatapp.models import Transfer
 from sessions_core import export
 from sessions_core.models import ChatSession, Message, Run, RunStatus
 from tests.support.factories import make_run, make_session, make_user
@@ -46,6 +48,15 @@ def alice_chat():
     add_tool_run(session, '{"item": "milk `2%`"}', "Added milk `2%`.")
     make_run(session, "and then?", None, status=RunStatus.ERROR, error="The model server answered 500.")
     return alice, session
+
+
+def export_all(user):
+    """The export page's POST, its process waited for, then its file downloaded: (response, text)."""
+    client = Client()
+    client.force_login(user)
+    transfer = finished(client.post(reverse("chat:export_all")))
+    assert transfer.status == "done", transfer.error
+    return download(user, reverse("chat:transfer_download", args=[transfer.transfer_id]))
 
 
 def download(user, url: str):
@@ -102,7 +113,7 @@ def test_all_chats_are_the_users_own_and_not_the_trash(alice_chat):
     make_session(make_user("bob", "pw-bob-123"), name="Bob's secret")
     older = make_session(alice, name="Older", last_activity_at=timezone.now() - timedelta(days=1))
     make_session(alice, name="Binned", deleted_at=timezone.now())
-    response, body = download(alice, reverse("chat:export_all"))
+    response, body = export_all(alice)
     assert response["Content-Disposition"].startswith('attachment; filename="chats-alice-')
     data = json.loads(body)
     assert (data["format"], data["user"]) == ("sessions_core.export", "alice")
@@ -218,22 +229,33 @@ def test_one_bad_chat_among_several_stores_none_of_them(alice_chat):
     assert ChatSession.objects.count() == before
 
 
+def imported_here(user, data: bytes) -> Transfer:
+    """An import's work done in this process, as `manage.py transfer --work` does it: the Transfer after."""
+    transfer = Transfer.objects.create(owner=user, kind=Transfer.Kind.IMPORT)
+    transfers.upload_path(transfer).write_bytes(data)
+    transfers.work(transfer)
+    transfer.refresh_from_db()
+    return transfer
+
+
 def test_the_import_page_adds_the_chats_and_opens_the_first(alice_chat, client):
     alice, session = alice_chat
     client.force_login(alice)
     page = client.get(reverse("chat:import"))
     assert page.status_code == 200 and b'type="file"' in page.content
     upload = SimpleUploadedFile("chats.json", exported(session), content_type="application/json")
-    response = client.post(reverse("chat:import"), {"file": upload})
+    transfer = finished(client.post(reverse("chat:import"), {"file": upload}))
     copy = ChatSession.objects.for_user(alice).exclude(pk=session.pk).get()
-    assert response["Location"] == reverse("chat:session", args=[copy.session_id])
-    page = client.get(response["Location"]).content.decode()
-    assert "Imported 1 chat." in page
+    assert (transfer.status, transfer.done, transfer.total, transfer.stored) == ("done", 1, 1, [[copy.pk, copy.pk]])
+    page = client.get(reverse("chat:transfer", args=[transfer.transfer_id])).content.decode()
+    assert "Imported 1 chat." in page and reverse("chat:session", args=[copy.session_id]) in page
+    assert "hx-trigger" not in page  # done: the page stops asking
+    assert not transfers.upload_path(transfer).exists()
     # The copy says it is one; the original keeps its title.
     copy.refresh_from_db()
     session.refresh_from_db()
     assert copy.name == f"{session.name} (imported)" and not session.name.endswith("(imported)")
-    assert f"{session.name} (imported)" in page
+    assert f"{session.name} (imported)" in client.get(reverse("chat:session", args=[copy.session_id])).content.decode()
 
 
 @pytest.mark.parametrize("data, words", [
@@ -242,10 +264,11 @@ def test_the_import_page_adds_the_chats_and_opens_the_first(alice_chat, client):
     (b'{"n": ' + b"9" * 5000 + b"}", "a number too long to read"),
     (b"not json", "This file is not JSON"),
 ])
-def test_the_import_page_says_what_is_wrong_in_a_users_words(alice_chat, client, data, words):
+def test_the_import_says_what_is_wrong_in_a_users_words(alice_chat, client, data, words):
+    transfer = imported_here(alice_chat[0], data)
     client.force_login(alice_chat[0])
-    html = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", data)}).content.decode()
-    assert words in html
+    html = client.get(reverse("chat:transfer", args=[transfer.transfer_id])).content.decode()
+    assert transfer.status == "failed" and words in transfer.error and words in html
     for internals in ("discriminator", "set_int_max_str_digits", "expected tags", "Expecting value"):
         assert internals not in html
 
@@ -253,8 +276,10 @@ def test_the_import_page_says_what_is_wrong_in_a_users_words(alice_chat, client,
 def test_the_import_page_explains_a_refusal(alice_chat, client, settings):
     alice, _ = alice_chat
     client.force_login(alice)
-    response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", b"[1, 2]")})
-    assert response.status_code == 422 and "This file is not a chat export from this app." in response.content.decode()
+    transfer = finished(client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", b"[1, 2]")}))
+    page = client.get(reverse("chat:transfer", args=[transfer.transfer_id]))
+    assert transfer.status == "failed" and "This file is not a chat export from this app." in page.content.decode()
+    assert not transfers.upload_path(transfer).exists()
     assert client.post(reverse("chat:import"), {}).status_code == 400
     settings.CHAT_IMPORT_MAX_BYTES = 10
     response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", b"{" + b" " * 20 + b"}")})
@@ -397,18 +422,17 @@ def test_a_failed_batch_takes_the_batches_before_it_away_again(alice_chat, monke
     assert ChatSession.objects.for_user(alice).count() == 1
 
 
-def test_the_import_page_counts_the_chats_against_the_limits(alice_chat, client, settings):
+def test_the_import_counts_the_chats_against_the_limits(alice_chat, settings):
     alice, _ = alice_chat
-    client.force_login(alice)
     settings.CHAT_IMPORT_MAX_CHATS = 2
-    response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", chats_document(3).encode())})
-    assert response.status_code == 422 and "This file holds 3 chats; an import takes at most 2" in response.content.decode()
+    transfer = imported_here(alice, chats_document(3).encode())
+    assert transfer.status == "failed" and "This file holds 3 chats; an import takes at most 2" in transfer.error
     settings.CHAT_IMPORT_MAX_CHATS, settings.CHAT_MAX_CHATS_PER_USER = 0, 3
-    response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", chats_document(3).encode())})
-    assert response.status_code == 422 and "You have 1 chats and this file holds 3" in response.content.decode()
+    transfer = imported_here(alice, chats_document(3).encode())
+    assert transfer.status == "failed" and "You have 1 chats and this file holds 3" in transfer.error
     assert ChatSession.objects.for_user(alice).count() == 1
-    response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", chats_document(2).encode())})
-    assert response.status_code == 302 and ChatSession.objects.for_user(alice).count() == 3
+    assert imported_here(alice, chats_document(2).encode()).status == "done"
+    assert ChatSession.objects.for_user(alice).count() == 3
 
 
 @pytest.mark.parametrize(("field", "value", "says"), [
@@ -422,7 +446,7 @@ def test_the_import_page_counts_the_chats_against_the_limits(alice_chat, client,
     ("created_at", "9999-12-31T23:59:59", "created_at: Value error, a time between 1970 and 9000"),
     ("tool_calls", [{"name": "add_item"}], "messages → 0 → tool_calls → 0 → id"),
 ])
-def test_every_imported_field_is_checked_by_type_and_range(alice_chat, client, field, value, says):
+def test_every_imported_field_is_checked_by_type_and_range(alice_chat, field, value, says):
     alice, _ = alice_chat
     run = {"status": "completed", "messages": [{"role": "assistant", "content": "ok"}]}
     chat = {"format": "sessions_core.session", "version": 1, "runs": [run]}
@@ -435,9 +459,8 @@ def test_every_imported_field_is_checked_by_type_and_range(alice_chat, client, f
     with pytest.raises(export.ImportRefused) as refused:
         export.import_json(json.dumps(chat), alice)
     assert says in str(refused.value)
-    client.force_login(alice)
-    response = client.post(reverse("chat:import"), {"file": SimpleUploadedFile("x.json", json.dumps(chat).encode())})
-    assert response.status_code == 422 and says.split(":")[0] in response.content.decode()
+    transfer = imported_here(alice, json.dumps(chat).encode())
+    assert transfer.status == "failed" and says.split(":")[0] in transfer.error
     assert ChatSession.objects.for_user(alice).count() == 1
 
 

@@ -19,6 +19,8 @@ from django.test import Client, TransactionTestCase, override_settings
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.urls.resolvers import RegexPattern
 
+from chatapp import transfers
+from chatapp.models import Transfer
 from chatapp.routing import websocket_urlpatterns
 from sessions_core.models import ChatSession, Message, Run, StateChange, UserMemoryChange, UserMemoryRecord
 from sessions_core.user_memories import store as memory_store
@@ -32,7 +34,7 @@ ROLES = ("owner", "other", "anonymous", "staff")
 # The pages anyone may open (logout is POST-only; a forgotten password is reset without signing in).
 PUBLIC = {"login", "signup", "logout", "password_reset", "password_reset_done", "password_reset_confirm",
           "password_reset_complete"}
-OWNED = {"session_id", "memory_id", "run_id"}  # a URL naming one of these names something of Alice's
+OWNED = {"session_id", "memory_id", "run_id", "transfer_id"}  # a URL naming one of these names something of Alice's
 
 
 def url_patterns(resolver=None, prefix: str = "", namespace: str = ""):
@@ -62,6 +64,9 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
         self.trashed = make_session(self.alice, component_id="general", name=f"Old {SECRET}")
         self.trashed.deleted_at = self.trashed.created_at
         self.trashed.save()
+        self.transfer = Transfer.objects.create(owner=self.alice, kind="export", status="done", done=1, total=1,
+                                                filename="chats-alice.json")
+        transfers.export_path(self.transfer).write_text(f'{{"name": "Plans {SECRET}"}}')
 
     def client_for(self, role: str) -> Client:
         client = Client()
@@ -83,6 +88,8 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
                 values[key] = self.memory.memory_id
             elif key == "run_id":
                 values[key] = self.run.run_id
+            elif key == "transfer_id":  # an export of hers, done: its page and its file
+                values[key] = self.transfer.transfer_id
             elif key in ("uidb64", "token"):  # a password reset link's parts: this one is no valid link
                 values[key] = "MQ" if key == "uidb64" else "not-a-token"
             elif key in ("pk", "object_id", "id"):

@@ -59,3 +59,35 @@ class WebTestCase(TestCase):
 
     def hx_post(self, url, data=None, **extra):
         return self.client.post(url, data or {}, headers={**HX, **extra.pop("headers", {})}, **extra)
+
+
+def transfer_of(response):
+    """The Transfer whose page a POST (an import, an export) redirected to."""
+    from chatapp.models import Transfer
+
+    assert response.status_code == 302, response.status_code
+    return Transfer.objects.get(transfer_id=response["Location"].rstrip("/").rsplit("/", 1)[-1])
+
+
+def finished(started):
+    """The Transfer a POST started (its response, or the Transfer), once its process (`manage.py transfer`,
+    started by the view) has ended."""
+    from chatapp import transfers
+    from chatapp.models import Transfer
+
+    transfer = started if isinstance(started, Transfer) else transfer_of(started)
+    assert transfers._processes[transfer.pk].wait(timeout=120) == 0
+    transfer.refresh_from_db()
+    return transfer
+
+
+
+def worked(response):
+    """The Transfer a POST started, its work done here, as `manage.py transfer --work` does it (a TestCase's
+    transaction never commits, so the view starts no process)."""
+    from chatapp import transfers
+
+    transfer = transfer_of(response)
+    transfers.work(transfer)
+    transfer.refresh_from_db()
+    return transfer

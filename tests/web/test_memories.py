@@ -204,10 +204,12 @@ def test_the_memory_admin_is_for_staff_only(client, alice):
 # -- export and import --------------------------------------------------------------------------------
 
 
+@pytest.mark.django_db(transaction=True)  # the export and the import run in processes of their own
 def test_the_whole_account_export_carries_the_memories_and_their_history_and_import_restores_them(client, alice):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    from tests.engine.test_export import download
+    from tests.engine.test_export import export_all
+    from tests.support.web_helpers import finished
 
     session = make_session(alice, component_id="general", name="Chat")
     run = make_run(session, "I live in Lyon", "Noted.")
@@ -215,7 +217,7 @@ def test_the_whole_account_export_carries_the_memories_and_their_history_and_imp
     store.update_memory(alice, lyon.memory_id, "The user lives in Paris", None, "default", source=store.Source.USER)
     remember(alice, "The user likes jazz", ["music"])
     remember(make_user("bob", "pw-bob-123"), "Bob likes tea")
-    _, body = download(alice, reverse("chat:export_all"))
+    _, body = export_all(alice)
     data = json.loads(body)
     assert [(m["memory"], m["topics"]) for m in data["memories"]] == [
         ("The user lives in Paris", ["home"]), ("The user likes jazz", ["music"])]
@@ -227,7 +229,8 @@ def test_the_whole_account_export_carries_the_memories_and_their_history_and_imp
     remember(carol, "The user likes jazz")
     client.force_login(carol)
     upload = SimpleUploadedFile("chats.json", body.encode(), content_type="application/json")
-    page = client.post(reverse("chat:import"), {"file": upload}, follow=True).content.decode()
+    transfer = finished(client.post(reverse("chat:import"), {"file": upload}))
+    page = client.get(reverse("chat:transfer", args=[transfer.transfer_id])).content.decode()
     assert "Imported 1 chat and 1 memory." in page
     restored = store.list_memories(carol, "default")
     # Oldest first: the imported one keeps the time it was first learnt.
