@@ -19,6 +19,7 @@ from chatapp.models import Transfer
 from sessions_core import export
 from sessions_core.models import ChatSession, Message, Run, RunStatus
 from tests.support.factories import make_run, make_session, make_user
+from tests.support.web_helpers import finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -21,7 +21,7 @@ from tests.support.engine_helpers import EngineTestMixin, make_users
 from tests.support.factories import make_session, make_user
 from tests.support.live_support import LiveTestMixin
 from tests.support.llm_server import Text, ToolCalls, _fragments
-from tests.support.web_helpers import WebTestCase
+from tests.support.web_helpers import WebTestCase, worked
 
 DEEP = 5_000
 
