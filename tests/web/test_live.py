@@ -24,7 +24,7 @@ from sessions_core.models import ChatSession, NameSource, Run, RunStatus
 from sessions_core.run import lifecycle
 from tests.support.factories import make_run, make_session, make_user
 from tests.support.live_support import LiveTestMixin, TopLevel, apply_frame, frames_until, layer_listener, run_done, settle
-from tests.support.llm_server import Error, Text, is_memory_request
+from tests.support.llm_server import Error, Text, ToolCalls, is_memory_request
 
 
 def echo_reply(body: dict) -> Text:
@@ -309,6 +309,22 @@ class TestStoredQueue(LiveTaskTests):
         assert (run.status, run.content) == (RunStatus.COMPLETED, "the first reply")
         assert len([body for body in self.llm.requests if not is_memory_request(body)
                     and body["messages"][-1]["content"] == "hello"]) == 1  # run once, not again by the socket
+
+    async def test_a_page_drawn_while_the_first_run_ran_gets_the_state_it_left_when_its_socket_connects(self):
+        self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk."))
+        client = AsyncClient()
+        await sync_to_async(client.force_login)(self.alice)
+        await client.post(reverse("chat:new"), {"assistant": "shopping", "text": "add milk"})
+        session = await ChatSession.objects.exclude(pk=self.session.pk).aget(owner=self.alice)
+        await live.wait_idle()  # the run ended before the page's socket connects
+        run = await Run.objects.aget(session=session)
+        assert run.status == RunStatus.COMPLETED
+        # The page was drawn with the run still running, and the state as it was then.
+        communicator = await self.socket(session.session_id, self.alice, f"last_run=&running={run.run_id}")
+        frames = await frames_until(communicator, lambda frame: 'id="state-panel"' in frame)
+        await communicator.disconnect()
+        assert any(run_done(run_id=run.run_id)(frame) for frame in frames)
+        assert "milk" in next(frame for frame in frames if 'id="state-panel"' in frame)
 
     async def test_messages_left_by_a_stopped_process_run_here_in_order(self):
         self.llm.responder = echo_reply
