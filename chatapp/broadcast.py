@@ -51,14 +51,15 @@ def _row_html(session: ChatSession, to_top: bool) -> str:
     return rendering.render_session_item(session, oob="true")
 
 
-def _session_row(session_pk: int, owner_pk: int | None, to_top: bool) -> str:
+def session_row_html(session_pk: int, owner_pk: int | None, to_top: bool = False) -> str:
+    """The session's sidebar row as stored. Reads the database."""
     return _row_html(ChatSession.objects.for_user(owner_pk).for_sidebar().get(pk=session_pk), to_top)
 
 
 async def push_session_row(session_pk: int, owner_pk: int | None, to_top: bool = False) -> None:
     """The session's sidebar row, re-rendered as stored, to every tab of its owner."""
     if owner_pk is not None:
-        await abroadcast_to_user(owner_pk, await sync_to_async(_session_row)(session_pk, owner_pk, to_top))
+        await abroadcast_to_user(owner_pk, await sync_to_async(session_row_html)(session_pk, owner_pk, to_top))
 
 
 async def push_row(session: ChatSession, to_top: bool = False) -> None:

@@ -117,8 +117,8 @@ class Follower:
             await self.send(rendering.render_status(*fragments.INTERRUPTED_NOTE))
         if first.get("reconnect") or rows:
             await self.send(rendering.render_queue(rows))
-        if first.get("reconnect") or html:  # (the runs the page had not seen in full may have changed the state)
-            await self.send(await dbthreads.run(fragments.state_panel_html, pk, self.session.owner_id))
+        if first.get("reconnect") or html:  # runs it had not seen in full: the state and the title may be new
+            await self.send(await dbthreads.run(fragments.session_panels_html, pk, self.session.owner_id))
         # Messages queued in a process that has stopped run now, here (the page sees them start); those
         # another process waits for, once their claims run out should it stop.
         if idle and rows:

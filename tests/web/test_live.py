@@ -310,7 +310,7 @@ class TestStoredQueue(LiveTaskTests):
         assert len([body for body in self.llm.requests if not is_memory_request(body)
                     and body["messages"][-1]["content"] == "hello"]) == 1  # run once, not again by the socket
 
-    async def test_a_page_drawn_while_the_first_run_ran_gets_the_state_it_left_when_its_socket_connects(self):
+    async def test_a_page_drawn_while_the_first_run_ran_gets_the_state_and_row_it_left_when_its_socket_connects(self):
         self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk."))
         client = AsyncClient()
         await sync_to_async(client.force_login)(self.alice)
@@ -324,7 +324,9 @@ class TestStoredQueue(LiveTaskTests):
         frames = await frames_until(communicator, lambda frame: 'id="state-panel"' in frame)
         await communicator.disconnect()
         assert any(run_done(run_id=run.run_id)(frame) for frame in frames)
-        assert "milk" in next(frame for frame in frames if 'id="state-panel"' in frame)
+        panels = next(frame for frame in frames if 'id="state-panel"' in frame)
+        assert "milk" in panels
+        assert f'id="session-item-{session.pk}"' in panels  # the row as stored: a title made meanwhile shows
 
     async def test_messages_left_by_a_stopped_process_run_here_in_order(self):
         self.llm.responder = echo_reply
