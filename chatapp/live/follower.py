@@ -35,10 +35,12 @@ from django.conf import settings
 from sessions_core.models import ChatSession, Run, RunStatus
 
 from .. import dbthreads, rendering
+from ..broadcast import session_row_html
 from . import fragments, leases, queue, streaming
 from .streaming import Mark
 
 ID_MAX = 64  # the longest run or queued id a socket may send
+NAME_MAX = 300  # the longest session name a socket's query is compared on
 STORED_READ_SECONDS = 1.0  # about how often the engine stores a streaming run's text
 ANNOUNCE_WAIT_SECONDS = 10.0  # at most this long for a run's final form to be sent after it leaves the runner
 
@@ -117,8 +119,11 @@ class Follower:
             await self.send(rendering.render_status(*fragments.INTERRUPTED_NOTE))
         if first.get("reconnect") or rows:
             await self.send(rendering.render_queue(rows))
-        if first.get("reconnect") or html:  # runs it had not seen in full: the state and the title may be new
-            await self.send(await dbthreads.run(fragments.session_panels_html, pk, self.session.owner_id))
+        if first.get("reconnect") or html:  # (the runs the page had not seen in full may have changed the state)
+            await self.send(await dbthreads.run(fragments.state_panel_html, pk, self.session.owner_id))
+        if first.get("shown_name", self.session.name)[:NAME_MAX] != self.session.name[:NAME_MAX]:
+            # Named while the page loaded (a new chat's title, made before its socket listened).
+            await self.send(await dbthreads.run(session_row_html, pk, self.session.owner_id))
         # Messages queued in a process that has stopped run now, here (the page sees them start); those
         # another process waits for, once their claims run out should it stop.
         if idle and rows:

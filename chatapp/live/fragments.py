@@ -14,7 +14,6 @@ from sessions_core.events import StepStartedEvent, TeamRunStartedEvent, Workflow
 from sessions_core.models import ChatSession, Run, RunStatus
 
 from .. import memories, rendering
-from ..broadcast import session_row_html
 from ..markdown_stream import ReplyStream
 
 QUEUED_STATUS = "Your message is queued; it will run after the current reply."
@@ -206,8 +205,3 @@ def state_panel_html(session_pk: int, owner_pk: int | None) -> str:
     """The state panel as stored. Reads the database."""
     return rendering.render_state_panel(ChatSession.objects.for_user(owner_pk).get(pk=session_pk), oob="true")
 
-
-def session_panels_html(session_pk: int, owner_pk: int | None) -> str:
-    """The state panel and the session's sidebar row as stored, for a page that fell behind (runs ended, a
-    title came, while it was not listening). Reads the database."""
-    return state_panel_html(session_pk, owner_pk) + session_row_html(session_pk, owner_pk)

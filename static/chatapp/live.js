@@ -9,7 +9,8 @@
   let connections = 0;
 
   // Every (re)connect says what the page already shows, so the server sends only what it missed:
-  // the newest run on the page, the runs it shows as running, and whether this is a reconnect.
+  // the newest run on the page, the runs it shows as running, the chat's name in the sidebar, and
+  // whether this is a reconnect.
   const makeSocket = htmx.createWebSocket;
   htmx.createWebSocket = function (url) {
     const full = new URL(url, window.location.href);
@@ -17,6 +18,8 @@
     full.searchParams.set("last_run", runs.length ? runs[runs.length - 1].dataset.runId : "");
     const running = runningRuns().map((run) => run.dataset.runId).join(",");
     if (running) full.searchParams.set("running", running);
+    const shown = document.querySelector(".session-link[aria-current=page]");
+    if (shown) full.searchParams.set("shown_name", shown.closest(".session-item").dataset.name);
     if (connections++ > 0) full.searchParams.set("reconnect", "1");
     return makeSocket(full.toString());
   };

@@ -319,14 +319,16 @@ class TestStoredQueue(LiveTaskTests):
         await live.wait_idle()  # the run ended before the page's socket connects
         run = await Run.objects.aget(session=session)
         assert run.status == RunStatus.COMPLETED
-        # The page was drawn with the run still running, and the state as it was then.
-        communicator = await self.socket(session.session_id, self.alice, f"last_run=&running={run.run_id}")
-        frames = await frames_until(communicator, lambda frame: 'id="state-panel"' in frame)
+        # The page was drawn with the run still running, the state and the chat's name as they were then.
+        communicator = await self.socket(session.session_id, self.alice,
+                                         f"last_run=&running={run.run_id}&shown_name=an+old+name")
+        row = f'id="session-item-{session.pk}"'
+        frames = await frames_until(communicator, lambda frame: row in frame)
         await communicator.disconnect()
         assert any(run_done(run_id=run.run_id)(frame) for frame in frames)
-        panels = next(frame for frame in frames if 'id="state-panel"' in frame)
-        assert "milk" in panels
-        assert f'id="session-item-{session.pk}"' in panels  # the row as stored: a title made meanwhile shows
+        assert "milk" in next(frame for frame in frames if 'id="state-panel"' in frame)
+        session = await ChatSession.objects.aget(pk=session.pk)
+        assert f'data-name="{session.name}"' in next(frame for frame in frames if row in frame)
 
     async def test_messages_left_by_a_stopped_process_run_here_in_order(self):
         self.llm.responder = echo_reply
