@@ -247,6 +247,12 @@ def assistant_keeps_summaries(assistant_id: str) -> bool:
     return bool(getattr(component, "session_summary_manager", None) or getattr(component, "enable_session_summaries", None))
 
 
+def assistant_uses_memories(assistant_id: str) -> bool:
+    """Whether the assistant learns about its user and is shown what it learnt (unless the user turned it off)."""
+    assistant = ASSISTANTS.get(assistant_id)
+    return bool(assistant and assistant.uses_memories)
+
+
 def workflow_step_names(assistant_id: str) -> list[str]:
     """The names of a workflow assistant's steps, in order ([] for another assistant)."""
     if assistant_id not in ASSISTANTS:

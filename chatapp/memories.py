@@ -1,17 +1,21 @@
-"""What the chat shows of a user's memories beside a reply: what the reply remembered (with an undo) and
-which memories were in its context (read back from the run's stored system message).
+"""What the chat shows of a user's memories: under a reply, what it remembered (with an undo) and which
+memories were in its context; in the state panel, the memories in the context of the chat's latest reply.
+Both read what a reply was shown back from its stored system message.
 
 `attach` puts both on a page's runs in two queries, whatever the page holds; `render_run_memories` is the
-fragment that replaces a reply's line once its memory work is done (live) or undone.
+fragment that replaces a reply's line once its memory work is done (live) or undone;
+`render_context_memories` is the panel's section, sent again when a reply ends.
 """
 
 from __future__ import annotations
 
 from django.template.loader import render_to_string
 
-from sessions_core.models import MemoryAction, Message, Role, Run, UserMemoryChange
+from sessions_core.models import OPEN_STATUSES, MemoryAction, Message, Role, Run, UserMemoryChange
 from sessions_core.user_memories import store
 from sessions_core.user_memories.context import memories_in
+
+from .assistants import assistant_uses_memories
 
 _MADE_BY_RUNS = (store.Source.RUN, store.Source.AGENTIC)
 
@@ -58,3 +62,30 @@ def stored_run_memories(run_id: str, session_pk: int, owner_id: int | None) -> s
         return ""
     attach([run], owner_id)
     return render_run_memories(run, oob="true")
+
+
+def context_memories(session, runs: list[Run]) -> dict | None:
+    """The memories section beside the state panel: None for an assistant that uses no memories; else
+    whether the owner has memories on, and the memories shown to the latest ended run of `runs` (a page of
+    the chat's current branch, `attach` done): one query."""
+    if not assistant_uses_memories(session.component_id):
+        return None
+    ended = [run for run in runs if run.status not in OPEN_STATUSES]
+    return _context(session, ended[-1].memories_used if ended else [], replied=bool(ended))
+
+
+def context_memories_of_run(session, run: Run) -> dict | None:
+    """The same section once `run` (a top-level run, `attach` done) has ended: one query."""
+    if not assistant_uses_memories(session.component_id):
+        return None
+    return _context(session, run.memories_used, replied=True)
+
+def _context(session, used: list[str], replied: bool) -> dict:
+    return {"enabled": store.memories_enabled(session.owner_id, "default"), "memories": used, "replied": replied}
+
+
+def render_context_memories(context: dict | None, oob: str = "") -> str:
+    """The panel's memories section ("" for an assistant that uses no memories)."""
+    if context is None:
+        return ""
+    return render_to_string("chatapp/_context_memories.html", {"context_memories": context, "oob": oob})

@@ -144,10 +144,12 @@ def _placed(view: rendering.RunView, append: bool) -> str:
 
 
 def finished_html(run_id: str, session: ChatSession) -> tuple[str, str]:
-    """A finished run as stored (its final form, replacing the live one) and its status. Reads the database."""
+    """A finished run as stored (its final form, replacing the live one), with the memories it was shown
+    beside the state panel, and its status. Reads the database."""
     run = rendering.stored_run(run_id=run_id, session_id=session.pk)
     memories.attach([run], session.owner_id)
-    return rendering.render_run(run, oob="true"), run.status
+    shown = memories.render_context_memories(memories.context_memories_of_run(session, run), oob="true")
+    return rendering.render_run(run, oob="true") + shown, run.status
 
 
 def completed_elements(text: str) -> int:

@@ -83,6 +83,7 @@ def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 2
         "run_views": [rendering.run_view(run) for run in runs],
         "running": any(run.status == RunStatus.RUNNING for run in runs),
         "state_panel": rendering.render_state_panel(session, **panel),
+        "context_memories": memories.render_context_memories(memories.context_memories(session, runs)),
         "other_version": other_version,
         "assistant_name": assistant_name(session.component_id),
         "read_only": session.deleted_at is not None,

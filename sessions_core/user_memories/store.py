@@ -215,7 +215,9 @@ def undo_run(owner, run_id: str, alias: str) -> int:
 
 
 def memories_enabled(owner, alias: str) -> bool:
-    return owner is not None and not UserMemoryOptOut.objects.using(alias).filter(user_id=owner.pk).exists()
+    """Whether the user (a User or a user's pk; None: no user) has memories on."""
+    owner_pk = getattr(owner, "pk", owner)
+    return owner_pk is not None and not UserMemoryOptOut.objects.using(alias).filter(user_id=owner_pk).exists()
 
 
 def set_memories_enabled(owner, enabled: bool, alias: str) -> None:

@@ -39,6 +39,7 @@ def test_a_memory_learnt_in_one_chat_is_used_in_a_new_one(page, offline_daphne_s
     expect(run.locator(".reply")).to_contain_text("I left olives off: you don't like them.")
     expect(page.locator("#state-panel")).to_contain_text("milk")
     expect(page.locator("#state-panel")).not_to_contain_text("olives")
+    expect(page.locator("#context-memories")).to_contain_text("The user does not like olives")  # beside the panel
     run.locator(".memories-used summary").click()
     expect(run.locator(".memories-used")).to_contain_text("The user does not like olives")
     page.screenshot(path=str(screenshots / "memories-used.png"))

@@ -146,7 +146,60 @@ def test_the_transcript_shows_what_a_reply_remembered_and_what_it_was_shown(clie
     assert not UserMemoryRecord.objects.filter(user=alice).exists()
 
 
+def _section(page: str) -> str:
+    """The memories-in-context section beside the state panel ("" when the page has none)."""
+    start = page.find('id="context-memories"')
+    return page[start:page.index("</section>", start)] if start >= 0 else ""
+
+
+def _shown(run, *memories):
+    listed = "".join(f"- {memory}\n" for memory in memories)
+    run.messages.create(session=run.session, seq=run.pk * 10, role="system",
+                        content=f"Be brief.\n\n<memories_from_previous_interactions>\n{listed}"
+                                "</memories_from_previous_interactions>")
+
+
+def test_beside_the_state_panel_the_memories_the_latest_reply_was_shown(client, alice):
+    session = make_session(alice, component_id="general")
+    url = reverse("chat:session", args=[session.session_id])
+    assert "with your next message appear here" in _section(client.get(url).content.decode())
+    _shown(make_run(session, "Where do I live?", "Lyon."), "The user lives in Lyon")
+    _shown(make_run(session, "And now?", "Paris."), "The user lives in Paris", "The user likes jazz")
+    section = _section(client.get(url).content.decode())
+    assert "shown 2 of your memories" in section and "<li>The user lives in Paris</li>" in section
+    assert "Lyon" not in section  # an earlier reply's context is under that reply, not here
+    abandoned = make_run(session, "Regenerated", "Gone.")
+    _shown(abandoned, "The user lives in Rome")
+    Run.objects.filter(pk=abandoned.pk).update(abandoned=True)
+    assert "Rome" not in _section(client.get(url).content.decode())
+
+    store.set_memories_enabled(alice, False, "default")
+    section = _section(client.get(url).content.decode())
+    assert "Memories are off" in section and "Paris" not in section
+
+
+def test_an_assistant_without_memories_has_no_memories_section(client, alice):
+    session = make_session(alice, component_id="notes")
+    assert _section(client.get(reverse("chat:session", args=[session.session_id])).content.decode()) == ""
+
+
 class TestRememberedLive(LiveTestMixin, TransactionTestCase):
+    async def test_the_section_beside_the_panel_shows_what_the_reply_was_shown_when_it_ends(self):
+        from asgiref.sync import sync_to_async
+
+        alice = await sync_to_async(make_user)("alice")
+        await sync_to_async(remember)(alice, "The user lives in Lyon")
+        session = await sync_to_async(make_session)(alice, component_id="general")
+        self.llm.side_responder = memory_responder(lambda said, _: [])
+        self.llm.add(Text("You live in Lyon."))
+        socket = await self.socket(session.session_id, alice)
+        await socket.send_to(text_data=json.dumps({"type": "send", "text": "Where do I live?"}))
+        frames = await frames_until(socket, lambda frame: 'id="context-memories"' in frame)
+        section = _section(frames[-1])
+        assert 'hx-swap-oob="true"' in section and "<li>The user lives in Lyon</li>" in section
+        assert "shown 1 of your memories" in section
+        await socket.disconnect()
+
     async def test_the_remembered_line_arrives_after_the_reply(self):
         from asgiref.sync import sync_to_async
 
