@@ -56,7 +56,9 @@ Catch-up
     fragment already covers are skipped (chatapp/live/follower.py). Query parameters sent by
     static/chatapp/live.js on every (re)connect add what a dropped connection missed: `last_run` (the
     newest run the page shows) brings newer runs, `running` (runs the page shows as running) brings
-    their final form, and `reconnect=1` re-sends the state panel and the queue.
+    their final form, `shown_name` (the chat's name in the page's sidebar) the chat's row when the stored
+    name differs, `panel` (what the state panel was drawn from, `rendering.panel_stamp`) the panel when
+    the stored session's differs, and `reconnect=1` re-sends the state panel and the queue.
 
 Layer events handled (type -> method): chat.html {html} (forwarded as is), chat.tokens {run_id, seq,
 origin, keep, html, elements} (a numbered batch; chatapp/live/runner.py), chat.run_done {run_id, html},

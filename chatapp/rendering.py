@@ -558,6 +558,13 @@ def render_session_list(user, current_session_id: str | None = None, oob: str = 
 # --- the state panel ---------------------------------------------------------------------------------
 
 
+def panel_stamp(session: ChatSession) -> str:
+    """What the state panel was drawn from (the state's version, the summary's time): a page's socket says
+    the one it shows, and one that differs from the stored session's is sent the panel again."""
+    summary = SessionSummary.from_dict(session.summary)
+    return f"{session.state_version}:{summary.updated_at.isoformat() if summary and summary.updated_at else ''}"
+
+
 def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str | None = None,
                         edit_version=None, pending_changes=(), **extra) -> dict:
     """Context of _state_panel.html. `edit_text`/`edit_version` refill the JSON form after a refused edit;
@@ -570,6 +577,7 @@ def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str
     summary = SessionSummary.from_dict(session.summary)
     return {
         "session": session,
+        "stamp": panel_stamp(session),
         "tree": state_view.tree(session.session_state, changed_keys),
         "changed_keys": list(changed_keys),
         "timeline": [*pending_changes, *(state_view.describe_change(change) for change in changes)],

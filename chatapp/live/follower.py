@@ -119,7 +119,10 @@ class Follower:
             await self.send(rendering.render_status(*fragments.INTERRUPTED_NOTE))
         if first.get("reconnect") or rows:
             await self.send(rendering.render_queue(rows))
-        if first.get("reconnect") or html:  # (the runs the page had not seen in full may have changed the state)
+        # The panel as stored, when the page's was drawn from an older state or summary (a run that ended
+        # while the page loaded), or the page had not seen runs in full (they may have changed the state).
+        stamp = rendering.panel_stamp(self.session)
+        if first.get("reconnect") or html or first.get("panel", stamp)[:NAME_MAX] != stamp:
             await self.send(await dbthreads.run(fragments.state_panel_html, pk, self.session.owner_id))
         if first.get("shown_name", self.session.name)[:NAME_MAX] != self.session.name[:NAME_MAX]:
             # Named while the page loaded (a new chat's title, made before its socket listened).

@@ -13,6 +13,7 @@ from sessions_core.models import INTERRUPTED_ERROR, ChatSession, RunStatus
 
 from .. import memories, rendering
 from ..assistants import assistant_name
+from ..live.leases import may_have_abandoned
 from ..sidebar import sidebar_page
 
 
@@ -69,11 +70,12 @@ def render_chat_page(request: HttpRequest, session: ChatSession, status: int = 2
     search hit), is offered to be shown; `panel` goes to the state panel (as-of view, form errors)."""
     runs = rendering.transcript_runs(session)
     memories.attach(runs, session.owner_id)
-    if not session.is_running:
+    if may_have_abandoned(session):
         for run in runs:
             if run.status == RunStatus.RUNNING:
                 # Its process stopped (a restart mid-reply): over, and shown so. A page writes nothing: the
-                # engine stores it interrupted when the page's socket connects or the next run starts.
+                # engine stores it interrupted when the page's socket connects or the next run starts. (A
+                # session read with no lease at all may have a run that started since: it runs.)
                 run.status, run.error = RunStatus.INTERRUPTED, INTERRUPTED_ERROR
     return render(request, "chatapp/session.html", {
         "session": session,

@@ -9,8 +9,8 @@
   let connections = 0;
 
   // Every (re)connect says what the page already shows, so the server sends only what it missed:
-  // the newest run on the page, the runs it shows as running, the chat's name in the sidebar, and
-  // whether this is a reconnect.
+  // the newest run on the page, the runs it shows as running, the chat's name in the sidebar, what its
+  // state panel was drawn from, and whether this is a reconnect.
   const makeSocket = htmx.createWebSocket;
   htmx.createWebSocket = function (url) {
     const full = new URL(url, window.location.href);
@@ -20,6 +20,8 @@
     if (running) full.searchParams.set("running", running);
     const shown = document.querySelector(".session-link[aria-current=page]");
     if (shown) full.searchParams.set("shown_name", shown.closest(".session-item").dataset.name);
+    const panel = document.getElementById("state-panel");
+    if (panel) full.searchParams.set("panel", panel.dataset.stamp);
     if (connections++ > 0) full.searchParams.set("reconnect", "1");
     return makeSocket(full.toString());
   };

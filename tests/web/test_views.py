@@ -141,6 +141,17 @@ class TestChatPage(WebTestCase):
         link = rf'<a class="session-link" href="[^"]+{self.session.session_id}/"[^>]*aria-current="page"'
         assert re.search(link, html)
 
+    def test_a_run_left_by_a_stopped_process_shows_interrupted_and_one_started_since_the_session_was_read_runs(self):
+        run = make_run(self.session, user_text="hi", reply=None, status=RunStatus.RUNNING)
+        url = reverse("chat:session", args=[self.session.session_id])
+        # No lease on the row: the run started after the page read it (a new chat's first run) and runs.
+        assert f'id="run-{run.run_id}" class="run" data-status="running"' in self.client.get(url).content.decode()
+        ChatSession.objects.filter(pk=self.session.pk).update(
+            lease_token="gone", lease_expires_at=timezone.now() - timedelta(seconds=1))
+        html = self.client.get(url).content.decode()
+        assert f'id="run-{run.run_id}" class="run" data-status="interrupted"' in html
+        assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING  # the page writes nothing
+
     def test_a_running_reply_shows_its_text_so_far_as_sanitized_markdown_and_marks_the_log_busy(self):
         run = make_run(self.session, user_text="hi", reply=None, status=RunStatus.RUNNING)
         Run.objects.filter(pk=run.pk).update(content="partial **bold** <b>text")
