@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 import nh3
-from django.db.models import Case, Count, OuterRef, Prefetch, Q, Subquery, When, prefetch_related_objects
+from django.db.models import Case, Count, Exists, OuterRef, Prefetch, Q, Subquery, When, prefetch_related_objects
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -445,8 +445,10 @@ _STEP_PREFETCH = (_child_runs(), _shown("shown_children__"), _child_runs("shown_
 
 
 def stored_run(**lookup) -> Run:
-    """One run as stored, with its place among its siblings (for the 2/3 arrows)."""
-    run = Run.objects.annotate(**BRANCHES).get(**lookup)
+    """One run as stored, with its place among its siblings (for the 2/3 arrows) and whether its session
+    has a run that waits for the user (`session_waiting`: this one or another), in the same query."""
+    waiting = Exists(Run.objects.waiting().filter(session_id=OuterRef("session_id")))
+    run = Run.objects.annotate(**BRANCHES, session_waiting=waiting).get(**lookup)
     place_among_siblings([run])
     return run
 

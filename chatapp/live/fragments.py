@@ -143,11 +143,13 @@ def _placed(view: rendering.RunView, append: bool) -> str:
 # --- runs from the database ------------------------------------------------------------------------------
 
 
-def finished_html(run_id: str, session: ChatSession) -> tuple[str, str]:
-    """A finished run as stored (its final form, replacing the live one) and its status. Reads the database."""
+def finished_html(run_id: str, session: ChatSession) -> tuple[str, str, bool]:
+    """A finished run as stored (its final form, replacing the live one), its status, and whether the
+    session has a run that waits for the user (this one, or an earlier one still waiting). Reads the
+    database."""
     run = rendering.stored_run(run_id=run_id, session_id=session.pk)
     memories.attach([run], session.owner_id)
-    return rendering.render_run(run, oob="true"), run.status
+    return rendering.render_run(run, oob="true"), run.status, run.session_waiting
 
 
 def completed_elements(text: str) -> int:

@@ -261,6 +261,24 @@ class TestTranscriptRuns(TestCase):
         assert len(queries) == 2  # runs, then their messages
 
 
+class TestFinishedRun(TestCase):
+    def test_the_finished_run_says_in_its_own_read_whether_the_chat_waits_for_the_user(self):
+        from chatapp.live import fragments
+
+        session = make_session(owner=make_user("alice"))
+        done = make_run(session, user_text="plain")
+        Run.objects.create(session=session, parent_run=done, status=RunStatus.PAUSED, input="a step, not a reply")
+        assert fragments.finished_html(done.run_id, session)[1:] == (RunStatus.COMPLETED, False)
+        paused = make_run(session, user_text="approve this", status=RunStatus.PAUSED)
+        assert fragments.finished_html(paused.run_id, session)[1:] == (RunStatus.PAUSED, True)
+        later = make_run(session, user_text="meanwhile")  # an earlier reply still waits: the chat is marked
+        with CaptureQueriesContext(connection) as queries:
+            html, status, waiting = fragments.finished_html(later.run_id, session)
+        assert f'id="run-{later.run_id}"' in html and (status, waiting) == (RunStatus.COMPLETED, True)
+        # The run (with its waiting mark), its memory changes and memories shown, its messages.
+        assert len(queries) == 4
+
+
 @pytest.mark.django_db
 def test_state_panel_shows_the_session_summary_collapsed_and_escaped():
     from chatapp.rendering import render_state_panel
