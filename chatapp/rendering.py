@@ -563,10 +563,13 @@ def render_session_list(user, current_session_id: str | None = None, oob: str = 
 def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str | None = None,
                         edit_version=None, pending_changes=(), **extra) -> dict:
     """Context of _state_panel.html. `edit_text`/`edit_version` refill the JSON form after a refused edit;
-    `pending_changes` are a running reply's changes, listed above the stored ones."""
-    changes = list(StateChange.objects.filter(session=session).on_current_branch().select_related("run")
-                   .only("version", "patch", "inverse", "restores", "source", "created_at", "run__run_id")
-                   .order_by("-version")[:TIMELINE_CHANGES])
+    `pending_changes` are a running reply's changes, listed above the stored ones. A session still at
+    version 0 has no changes to read (each change takes the next version)."""
+    changes = []
+    if session.state_version:
+        changes = list(StateChange.objects.filter(session=session).on_current_branch().select_related("run")
+                       .only("version", "patch", "inverse", "restores", "source", "created_at", "run__run_id")
+                       .order_by("-version")[:TIMELINE_CHANGES])
     state_json = json.dumps(session.session_state, indent=2, ensure_ascii=False)
     defaults = list(assistant_defaults(session.component_id))
     summary = SessionSummary.from_dict(session.summary)

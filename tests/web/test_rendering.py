@@ -291,3 +291,17 @@ def test_state_panel_shows_the_session_summary_collapsed_and_escaped():
     assert "Likes &lt;b&gt;bold&lt;/b&gt; hikes." in html
     assert "Topics: hiking, food" in html
     assert "<details class=\"session-summary\"" not in render_state_panel(make_session(make_user("nosum")))
+
+
+@pytest.mark.django_db
+def test_the_state_panel_reads_the_timeline_only_once_the_state_has_changed(django_assert_num_queries):
+    from chatapp.rendering import render_state_panel
+    from tests.support.factories import make_session, make_user
+
+    session = make_session(make_user("fresh"))
+    with django_assert_num_queries(0):  # version 0: no change was ever recorded
+        render_state_panel(session)
+    session.apply_state_change({"shopping_list": ["milk"]}, "manual")
+    with django_assert_num_queries(1):
+        html = render_state_panel(session)
+    assert 'class="change-source" title="manual"' in html and 'data-version="1"' in html
