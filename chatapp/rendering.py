@@ -378,11 +378,12 @@ class RunPage(list):
 
 def transcript_runs(session: ChatSession, before: int | None = None, limit: int = TRANSCRIPT_RUNS) -> RunPage:
     """The last `limit` top-level runs of the session's current branch (older than run pk `before`), messages
-    prefetched in seq order, each with its place among its siblings (`branches`, `branch_number`)."""
+    prefetched in seq order, each with its place among its siblings (`branches`, `branch_number`) and the
+    memories its model was shown (for memories.attach)."""
     runs = Run.objects.begun().filter(session=session, parent_run__isnull=True, abandoned=False)
     if before is not None:
         runs = runs.filter(pk__lt=before)
-    runs = runs.annotate(**BRANCHES)
+    runs = runs.annotate(**BRANCHES, **memories.SHOWN)
     newest_first = list(runs.order_by("-pk").prefetch_related(_shown())[: limit + 1])
     with_steps = [run for run in newest_first if run.kind in ("workflow", "team")]
     if with_steps:  # only then: a page of agent runs stays at two queries
@@ -445,10 +446,11 @@ _STEP_PREFETCH = (_child_runs(), _shown("shown_children__"), _child_runs("shown_
 
 
 def stored_run(**lookup) -> Run:
-    """One run as stored, with its place among its siblings (for the 2/3 arrows) and whether its session
-    has a run that waits for the user (`session_waiting`: this one or another), in the same query."""
+    """One run as stored, with its place among its siblings (for the 2/3 arrows), the memories its model was
+    shown (for memories.attach) and whether its session has a run that waits for the user
+    (`session_waiting`: this one or another), in the same query."""
     waiting = Exists(Run.objects.waiting().filter(session_id=OuterRef("session_id")))
-    run = Run.objects.annotate(**BRANCHES, session_waiting=waiting).get(**lookup)
+    run = Run.objects.annotate(**BRANCHES, **memories.SHOWN, session_waiting=waiting).get(**lookup)
     place_among_siblings([run])
     return run
 

@@ -272,11 +272,15 @@ class TestFinishedRun(TestCase):
         paused = make_run(session, user_text="approve this", status=RunStatus.PAUSED)
         assert fragments.finished_html(paused.run_id, session)[1:] == (RunStatus.PAUSED, True)
         later = make_run(session, user_text="meanwhile")  # an earlier reply still waits: the chat is marked
+        later.messages.create(session=session, seq=99, role="system", content=(
+            "<memories_from_previous_interactions>\n- The user lives in Lyon\n</memories_from_previous_interactions>"))
         with CaptureQueriesContext(connection) as queries:
             html, status, waiting = fragments.finished_html(later.run_id, session)
         assert f'id="run-{later.run_id}"' in html and (status, waiting) == (RunStatus.COMPLETED, True)
-        # The run (with its waiting mark), its memory changes and memories shown, its messages.
-        assert len(queries) == 4
+        assert "Memories in this reply's context (1)" in html and "<li>The user lives in Lyon</li>" in html
+        # The run (with the memories its model was shown and its chat's waiting mark), its memory changes,
+        # its messages.
+        assert len(queries) == 3
 
 
 @pytest.mark.django_db
