@@ -2,13 +2,15 @@
 memories were in its context; in the state panel, the memories in the context of the chat's latest reply.
 Both read what a reply was shown back from its stored system message.
 
-`attach` puts both on a page's runs in two queries, whatever the page holds; `render_run_memories` is the
-fragment that replaces a reply's line once its memory work is done (live) or undone;
-`render_context_memories` is the panel's section, sent again when a reply ends.
+The memories shown come with the runs' own read (annotated with `SHOWN`); `attach` adds what they
+remembered in one query, whatever the page holds. `render_run_memories` is the fragment that replaces a
+reply's line once its memory work is done (live) or undone; `render_context_memories` is the panel's
+section, sent again when a reply ends.
 """
 
 from __future__ import annotations
 
+from django.db.models import OuterRef, Subquery
 from django.template.loader import render_to_string
 
 from sessions_core.models import OPEN_STATUSES, MemoryAction, Message, Role, Run, UserMemoryChange
@@ -19,22 +21,23 @@ from .assistants import assistant_uses_memories
 
 _MADE_BY_RUNS = (store.Source.RUN, store.Source.AGENTIC)
 
+# A run query's annotation for `attach`: the run's system message when it listed memories to its model.
+SHOWN = {"memories_context": Subquery(Message.objects.filter(
+    run_id=OuterRef("pk"), role=Role.SYSTEM, content__contains="<memories_from").values("content")[:1])}
+
 
 def attach(runs: list[Run], owner_id: int | None) -> None:
     """Set `memory_changes` (what each run remembered or forgot) and `memories_used` (what its model was
-    shown) on the runs: two queries, none without an owner or runs."""
+    shown) on the runs, read with `**SHOWN`: one query, none without an owner or runs."""
     pks = [run.pk for run in runs if run.pk]
     changes: dict[int, list] = {}
-    used: dict[int, list[str]] = {}
     if pks and owner_id is not None:
         for change in UserMemoryChange.objects.for_user(owner_id).filter(run_id__in=pks, source__in=_MADE_BY_RUNS):
             changes.setdefault(change.run_id, []).append(change)
-        system = Message.objects.filter(run_id__in=pks, role=Role.SYSTEM, content__contains="<memories_from")
-        for run_id, content in system.values_list("run_id", "content"):
-            used[run_id] = memories_in(content)
     for run in runs:
         run.memory_changes = changes.get(run.pk, [])
-        run.memories_used = used.get(run.pk, [])
+        shown = run.memories_context if run.pk and owner_id is not None else None
+        run.memories_used = memories_in(shown) if shown else []
 
 
 def lines(changes: list) -> list[str]:
@@ -57,7 +60,7 @@ def render_run_memories(run: Run, oob: str = "") -> str:
 
 def stored_run_memories(run_id: str, session_pk: int, owner_id: int | None) -> str:
     """The memory line of a run of the session, read now, to replace the one shown (out of band)."""
-    run = Run.objects.filter(session_id=session_pk, run_id=run_id).first()
+    run = Run.objects.annotate(**SHOWN).filter(session_id=session_pk, run_id=run_id).first()
     if run is None:
         return ""
     attach([run], owner_id)

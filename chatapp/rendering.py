@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field, replace
 
 import nh3
-from django.db.models import Case, Count, OuterRef, Prefetch, Q, Subquery, When, prefetch_related_objects
+from django.db.models import Case, Count, Exists, OuterRef, Prefetch, Q, Subquery, When, prefetch_related_objects
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -378,11 +378,12 @@ class RunPage(list):
 
 def transcript_runs(session: ChatSession, before: int | None = None, limit: int = TRANSCRIPT_RUNS) -> RunPage:
     """The last `limit` top-level runs of the session's current branch (older than run pk `before`), messages
-    prefetched in seq order, each with its place among its siblings (`branches`, `branch_number`)."""
+    prefetched in seq order, each with its place among its siblings (`branches`, `branch_number`) and the
+    memories its model was shown (for memories.attach)."""
     runs = Run.objects.begun().filter(session=session, parent_run__isnull=True, abandoned=False)
     if before is not None:
         runs = runs.filter(pk__lt=before)
-    runs = runs.annotate(**BRANCHES)
+    runs = runs.annotate(**BRANCHES, **memories.SHOWN)
     newest_first = list(runs.order_by("-pk").prefetch_related(_shown())[: limit + 1])
     with_steps = [run for run in newest_first if run.kind in ("workflow", "team")]
     if with_steps:  # only then: a page of agent runs stays at two queries
@@ -445,8 +446,11 @@ _STEP_PREFETCH = (_child_runs(), _shown("shown_children__"), _child_runs("shown_
 
 
 def stored_run(**lookup) -> Run:
-    """One run as stored, with its place among its siblings (for the 2/3 arrows)."""
-    run = Run.objects.annotate(**BRANCHES).get(**lookup)
+    """One run as stored, with its place among its siblings (for the 2/3 arrows), the memories its model was
+    shown (for memories.attach) and whether its session has a run that waits for the user
+    (`session_waiting`: this one or another), in the same query."""
+    waiting = Exists(Run.objects.waiting().filter(session_id=OuterRef("session_id")))
+    run = Run.objects.annotate(**BRANCHES, **memories.SHOWN, session_waiting=waiting).get(**lookup)
     place_among_siblings([run])
     return run
 
@@ -568,10 +572,13 @@ def panel_stamp(session: ChatSession) -> str:
 def state_panel_context(session: ChatSession, changed_keys=(), *, edit_text: str | None = None,
                         edit_version=None, pending_changes=(), **extra) -> dict:
     """Context of _state_panel.html. `edit_text`/`edit_version` refill the JSON form after a refused edit;
-    `pending_changes` are a running reply's changes, listed above the stored ones."""
-    changes = list(StateChange.objects.filter(session=session).on_current_branch().select_related("run")
-                   .only("version", "patch", "inverse", "restores", "source", "created_at", "run__run_id")
-                   .order_by("-version")[:TIMELINE_CHANGES])
+    `pending_changes` are a running reply's changes, listed above the stored ones. A session still at
+    version 0 has no changes to read (each change takes the next version)."""
+    changes = []
+    if session.state_version:
+        changes = list(StateChange.objects.filter(session=session).on_current_branch().select_related("run")
+                       .only("version", "patch", "inverse", "restores", "source", "created_at", "run__run_id")
+                       .order_by("-version")[:TIMELINE_CHANGES])
     state_json = json.dumps(session.session_state, indent=2, ensure_ascii=False)
     defaults = list(assistant_defaults(session.component_id))
     summary = SessionSummary.from_dict(session.summary)

@@ -78,8 +78,7 @@ class ChatSessionQuerySet(models.QuerySet):
     def for_sidebar(self):
         """Only what a list row needs: never the state, summary or messages; `is_waiting`: a run of it
         waits for the user (paused; one look each on the runs' (session, status) index)."""
-        waiting = Run.objects.filter(session_id=models.OuterRef("pk"), status=RunStatus.PAUSED,
-                                     parent_run__isnull=True)
+        waiting = Run.objects.waiting().filter(session_id=models.OuterRef("pk"))
         return self.only(
             "id", "session_id", "owner_id", "kind", "component_id", "name", "name_source",
             "created_at", "last_activity_at", "pinned_at", "deleted_at", "lease_expires_at",
@@ -221,6 +220,10 @@ class RunQuerySet(models.QuerySet):
     def begun(self):
         """Runs that have started (a queued run waits for its turn: it is no part of the conversation yet)."""
         return self.exclude(status=RunStatus.QUEUED)
+
+    def waiting(self):
+        """Top-level runs that wait for the user (paused): the mark of their session's sidebar row."""
+        return self.filter(status=RunStatus.PAUSED, parent_run__isnull=True)
 
     def abandoned(self, now=None):
         """Runs still marked running whose session holds no live lease: the process running them has

@@ -101,7 +101,8 @@ def owned_session(session_id: str, user_ref, alias: str, *, lock: bool = False, 
 
     A session that does not exist raises SessionNotFoundError (or is None with must_exist=False).
     Blocking: call it in a database thread. `lock` takes the row lock (inside a transaction); `only`
-    loads just those fields now (the others on first use, as `QuerySet.only`)."""
+    loads just those fields now (the others on first use, as `QuerySet.only`). Checked against a User
+    of the same database, its `owner` is that User."""
     by_name = user_ref not in (None, "") and not _is_user(user_ref)
     if by_name:
         _valid_user_name(user_ref)
@@ -112,6 +113,8 @@ def owned_session(session_id: str, user_ref, alias: str, *, lock: bool = False, 
             raise SessionNotFoundError(session_id)
         return None
     check_owner(session_id, session.owner_id, session.owner_username if by_name else None, user_ref)
+    if _is_user(user_ref) and session.owner_id is not None and user_ref._state.db == alias:
+        session.owner = user_ref  # the owner just checked (a row of the same database): no query for it
     return session
 
 

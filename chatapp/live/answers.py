@@ -4,7 +4,6 @@ continued through the one run path (`runner.start` with the answers: the engine'
 task of its own like any run, streamed to every tab of the session.
 
     answer(session, user, run_id, answers) -> str   "" once the continuation is handed to its task, else why not
-    waiting_run(session_pk) -> str | None           the session's run that waits for the user, newest first
 
 An answer (the socket's `answer` frame, one per card) is {"id": requirement id, "approve": true|false,
 "note": "...", "input": {field: value}}; a run is continued once every card of it has one. Another tab
@@ -32,12 +31,6 @@ class AnswerError(ValueError):
 def _paused(session_pk: int, run_id: str) -> Run | None:
     return (Run.objects.filter(session_id=session_pk, run_id=run_id, parent_run__isnull=True,
                                status=RunStatus.PAUSED).only("run_id", "input", "requirements").first())
-
-
-def waiting_run(session_pk: int) -> str | None:
-    """The run id of the session's newest run that waits for the user, if any."""
-    return (Run.objects.filter(session_id=session_pk, parent_run__isnull=True, status=RunStatus.PAUSED)
-            .order_by("-pk").values_list("run_id", flat=True).first())
 
 
 def _field_spec(field) -> dict:

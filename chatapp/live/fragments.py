@@ -143,13 +143,14 @@ def _placed(view: rendering.RunView, append: bool) -> str:
 # --- runs from the database ------------------------------------------------------------------------------
 
 
-def finished_html(run_id: str, session: ChatSession) -> tuple[str, str]:
+def finished_html(run_id: str, session: ChatSession) -> tuple[str, str, bool]:
     """A finished run as stored (its final form, replacing the live one), with the memories it was shown
-    beside the state panel, and its status. Reads the database."""
+    beside the state panel; its status, and whether the session has a run that waits for the user (this
+    one, or an earlier one still waiting). Reads the database."""
     run = rendering.stored_run(run_id=run_id, session_id=session.pk)
     memories.attach([run], session.owner_id)
     shown = memories.render_context_memories(memories.context_memories_of_run(session, run), oob="true")
-    return rendering.render_run(run, oob="true") + shown, run.status
+    return rendering.render_run(run, oob="true") + shown, run.status, run.session_waiting
 
 
 def completed_elements(text: str) -> int:

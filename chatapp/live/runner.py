@@ -42,7 +42,7 @@ from sessions_core.tools import DELEGATE_TOOL
 
 from .. import assistants, dbthreads, memories, rendering, state_view, titles
 from ..broadcast import abroadcast_to_session, asend_to_session, push_row
-from . import answers, fragments, leases
+from . import fragments, leases
 from .streaming import LiveRun, done_streaming, streaming
 
 logger = logging.getLogger("chatapp.live")
@@ -396,9 +396,8 @@ def _render_finished(live: LiveRun, session: ChatSession, item: Prompt) -> tuple
     """The finished run from the database, the new chat's fallback title stored, and the state panel as
     stored now if the run changed the state (a failed run's mid-run state changes were not kept, so the
     panel must show the stored state again); a run that changed nothing leaves the panel as it is."""
-    html, status = fragments.finished_html(live.run_id, session)
-    # The sidebar row's mark of a chat that waits for the user: this run, or an earlier one still waiting.
-    session.is_waiting = status == RunStatus.PAUSED or answers.waiting_run(session.pk) is not None
+    html, status, waiting = fragments.finished_html(live.run_id, session)
+    session.is_waiting = waiting  # the sidebar row's mark of a chat that waits for the user
     if item.fallback_title:
         titles.store_fallback_title(session, item.fallback_title)
     if live.changed_keys or live.pending_changes:

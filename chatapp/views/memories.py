@@ -130,7 +130,7 @@ def memories_setting(request: HtmxHttpRequest) -> HttpResponse:
 def memory_undo(request: HtmxHttpRequest, run_id: str) -> HttpResponse:
     """Undo what one reply (a run of one of the user's chats) remembered; its memory line, redrawn."""
     sessions = ChatSession.objects.for_user(request.user)
-    run = get_object_or_404(Run.objects.filter(session__in=sessions), run_id=run_id)
+    run = get_object_or_404(Run.objects.filter(session__in=sessions).annotate(**memories.SHOWN), run_id=run_id)
     store.undo_run(request.user, run.run_id, ALIAS)
     memories.attach([run], request.user.pk)
     if request.htmx:

@@ -1,7 +1,9 @@
 import asyncio
 
 import pytest
-from django.db import connections
+from django.contrib.auth import get_user_model
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 
 from sessions_core import Agent, StepInput, StepOutput, Workflow
 from sessions_core.history import ChatMessage
@@ -72,6 +74,20 @@ def test_autogenerate_never_replaces_a_users_title(openai_model, llm_server):
     agent.set_session_name(session_id="n5", session_name="Mine", user_id="u")
     llm_server.add(Text("Generated"))
     assert agent.set_session_name(session_id="n5", autogenerate=True, user_id="u").session_name == "Mine"
+
+
+def test_naming_for_a_user_reads_no_user_row(openai_model, llm_server):
+    # The session's owner is the User the name was asked for, checked against the session: its
+    # name in the returned session comes with no read of the users' table.
+    user = get_user_model().objects.create_user("namer")
+    agent = Agent(model=openai_model)
+    llm_server.add(Text("ok"), Text("Garden plans"))
+    agent.run("Plan the garden", session_id="n8", user_id=user)
+    with CaptureQueriesContext(connection) as queries:
+        session = agent.set_session_name(session_id="n8", autogenerate=True, user_id=user)
+    assert (session.session_name, session.user_id) == ("Garden plans", "namer")
+    assert queries.captured_queries
+    assert not [query for query in queries.captured_queries if "auth_user" in query["sql"]]
 
 
 def test_offline_model_titles_from_the_first_message():

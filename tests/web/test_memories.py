@@ -143,6 +143,7 @@ def test_the_transcript_shows_what_a_reply_remembered_and_what_it_was_shown(clie
 
     undone = client.post(reverse("chat:memory_undo", args=[run.run_id]), HTTP_HX_REQUEST="true").content.decode()
     assert 'class="memory-line undone"' in undone and "(undone)" in undone
+    assert "<li>The user lives in Lyon</li>" in undone  # what it was shown stays listed
     assert not UserMemoryRecord.objects.filter(user=alice).exists()
 
 

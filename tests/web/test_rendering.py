@@ -261,6 +261,29 @@ class TestTranscriptRuns(TestCase):
         assert len(queries) == 2  # runs, then their messages
 
 
+class TestFinishedRun(TestCase):
+    def test_the_finished_run_says_in_its_own_read_whether_the_chat_waits_for_the_user(self):
+        from chatapp.live import fragments
+
+        session = make_session(owner=make_user("alice"))
+        done = make_run(session, user_text="plain")
+        Run.objects.create(session=session, parent_run=done, status=RunStatus.PAUSED, input="a step, not a reply")
+        assert fragments.finished_html(done.run_id, session)[1:] == (RunStatus.COMPLETED, False)
+        paused = make_run(session, user_text="approve this", status=RunStatus.PAUSED)
+        assert fragments.finished_html(paused.run_id, session)[1:] == (RunStatus.PAUSED, True)
+        later = make_run(session, user_text="meanwhile")  # an earlier reply still waits: the chat is marked
+        later.messages.create(session=session, seq=99, role="system", content=(
+            "<memories_from_previous_interactions>\n- The user lives in Lyon\n</memories_from_previous_interactions>"))
+        with CaptureQueriesContext(connection) as queries:
+            html, status, waiting = fragments.finished_html(later.run_id, session)
+        assert f'id="run-{later.run_id}"' in html and (status, waiting) == (RunStatus.COMPLETED, True)
+        assert "Memories in this reply's context (1)" in html and "<li>The user lives in Lyon</li>" in html
+        assert 'id="context-memories" aria-labelledby="context-memories-heading" hx-swap-oob="true"' in html
+        # The run (with the memories its model was shown and its chat's waiting mark), its memory changes,
+        # its messages, and (the section beside the state panel) whether its owner has memories on.
+        assert len(queries) == 4
+
+
 @pytest.mark.django_db
 def test_state_panel_shows_the_session_summary_collapsed_and_escaped():
     from chatapp.rendering import render_state_panel
@@ -273,3 +296,17 @@ def test_state_panel_shows_the_session_summary_collapsed_and_escaped():
     assert "Likes &lt;b&gt;bold&lt;/b&gt; hikes." in html
     assert "Topics: hiking, food" in html
     assert "<details class=\"session-summary\"" not in render_state_panel(make_session(make_user("nosum")))
+
+
+@pytest.mark.django_db
+def test_the_state_panel_reads_the_timeline_only_once_the_state_has_changed(django_assert_num_queries):
+    from chatapp.rendering import render_state_panel
+    from tests.support.factories import make_session, make_user
+
+    session = make_session(make_user("fresh"))
+    with django_assert_num_queries(0):  # version 0: no change was ever recorded
+        render_state_panel(session)
+    session.apply_state_change({"shopping_list": ["milk"]}, "manual")
+    with django_assert_num_queries(1):
+        html = render_state_panel(session)
+    assert 'class="change-source" title="manual"' in html and 'data-version="1"' in html
