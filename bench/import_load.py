@@ -5,6 +5,7 @@
     .venv/bin/python bench/import_load.py --import-chats 2000 --export-chats 4000   # smaller
     .venv/bin/python bench/import_load.py --tree /path/to/other/checkout   # that checkout's server instead
     .venv/bin/python bench/import_load.py --against /path/to/other/checkout  # both, in turn, in one run
+    .venv/bin/python bench/import_load.py --batch-rows 100   # this checkout again with CHAT_IMPORT_BATCH_ROWS=100
 
 The app is served by `scripts/serve` (DEBUG off, one worker, the import rate limit off) on a database of
 its own. Three users: the importer, who uploads an export of --import-chats one-run chats (POST /import/,
@@ -176,11 +177,15 @@ def main() -> None:
     parser.add_argument("--against", type=Path, help="another checkout, served too (each phase on both, in turn)")
     parser.add_argument("--nice", type=int, action="append", default=[],
                         help="--tree served again with this CHAT_TRANSFER_NICE (repeatable)")
+    parser.add_argument("--batch-rows", type=int, action="append", default=[],
+                        help="--tree served again with this CHAT_IMPORT_BATCH_ROWS (repeatable)")
     args = parser.parse_args()
+    again = [("CHAT_TRANSFER_NICE", "nice", value) for value in args.nice] + [
+        ("CHAT_IMPORT_BATCH_ROWS", "batch rows", value) for value in args.batch_rows]
     setups = ([(args.against.resolve(), {}, str(args.against.resolve()))] if args.against else [])
-    setups.append((args.tree.resolve(), {}, str(args.tree.resolve()) if args.against or args.nice else ""))
-    setups += [(args.tree.resolve(), {"CHAT_TRANSFER_NICE": str(nice)}, f"{args.tree.resolve()} nice {nice}")
-               for nice in args.nice]
+    setups.append((args.tree.resolve(), {}, str(args.tree.resolve()) if args.against or again else ""))
+    setups += [(args.tree.resolve(), {name: str(value)}, f"{args.tree.resolve()} {words} {value}")
+               for name, words, value in again]
 
     with contextlib.ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-import-")))

@@ -349,7 +349,7 @@ CHAT_MAX_CHATS_PER_USER = _number("CHAT_MAX_CHATS_PER_USER", 50_000, int)
 # import writes per transaction, and the nice value the process runs at (0 to 19: how far the server's
 # own requests go first when the cores are busy).
 CHAT_TRANSFER_DIR = Path(_env(env.str, "CHAT_TRANSFER_DIR", str(BASE_DIR / "var" / "transfers")))
-CHAT_IMPORT_BATCH_ROWS = _number("CHAT_IMPORT_BATCH_ROWS", 100, int, minimum=1)
+CHAT_IMPORT_BATCH_ROWS = _number("CHAT_IMPORT_BATCH_ROWS", 25, int, minimum=1)
 CHAT_TRANSFER_NICE = _number("CHAT_TRANSFER_NICE", 10, int)
 
 # Limits on every JSON that enters (sessions_core/limits.py, which has the same defaults); 0 turns one off.

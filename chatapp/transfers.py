@@ -11,7 +11,10 @@ transfer failed and takes away what it stored. The work itself records its progr
 - an import reads and checks the whole file first (`sessions_core.export.read_import`: nothing is written
   for a file refused), counts its chats against CHAT_IMPORT_MAX_CHATS and CHAT_MAX_CHATS_PER_USER, then
   writes CHAT_IMPORT_BATCH_ROWS rows per transaction, each batch's sessions listed on the row in the same
-  transaction, so a failure of any kind deletes exactly what was stored: all of the file or none of it;
+  transaction, so a failure of any kind deletes exactly what was stored: all of the file or none of it.
+  A batch's rows are built before its transaction, which only inserts them, and the document is frozen
+  out of garbage collection (`gc.freeze`), so SQLite's write lock, which another user's write waits for,
+  is held for the inserts alone;
 - an export writes all of the user's chats (not the trash) and memories to a file in CHAT_TRANSFER_DIR,
   which the user downloads when it is done.
 
@@ -23,6 +26,7 @@ it took, so it holds the database (SQLite's one writer at a time) for at most ha
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
@@ -184,7 +188,14 @@ def _import(transfer: Transfer) -> None:
         _add_ranges(stored, sorted(session.pk for session in sessions))
         Transfer.objects.filter(pk=transfer.pk).update(done=count, stored=stored)
 
-    sessions = export.store_import(chats, transfer.owner, in_batch=record, batch_rows=settings.CHAT_IMPORT_BATCH_ROWS)
+    # The document's chats live until the import ends: frozen, a garbage collection leaves them out, and its
+    # pause (which may come inside a batch's transaction, holding SQLite's write lock) stays short.
+    gc.freeze()
+    try:
+        sessions = export.store_import(chats, transfer.owner, in_batch=record,
+                                       batch_rows=settings.CHAT_IMPORT_BATCH_ROWS)
+    finally:
+        gc.unfreeze()
     path.unlink(missing_ok=True)
     _finished(transfer, done=len(sessions), memories=sessions.memories,
               first_session_id=sessions[0].session_id if sessions else "")

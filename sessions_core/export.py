@@ -420,12 +420,13 @@ def store_import(sessions: list[ImportedSession], user, on_batch: Callable[[int,
     stored: list[ChatSession] = []
     imported = Imported()
     try:
-        for batch in _batches(sessions, batch_rows or IMPORT_BATCH_ROWS):
+        for chats in _batches(sessions, batch_rows or IMPORT_BATCH_ROWS):
             began = time.monotonic()
+            batch = _ImportBatch(chats, user)  # built first: the transaction (SQLite's write lock) only inserts
             with transaction.atomic():
-                stored += _import_batch(batch, user)
+                stored += batch.store()
                 if in_batch is not None:
-                    in_batch(stored[-len(batch):], len(stored))
+                    in_batch(stored[-len(chats):], len(stored))
             if on_batch is not None:
                 on_batch(len(stored), len(sessions))
             if len(stored) < len(sessions):
@@ -486,38 +487,47 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not a JSON value")
 
 
-def _import_batch(batch: list[_SessionIn], user) -> list[ChatSession]:
-    """One batch of chats as new sessions of `user`: a bulk insert per table (and per level of steps)."""
-    now = timezone.now()
-    sessions = ChatSession.objects.bulk_create([_imported_session(data, user, now) for data in batch])
-    StateChange.objects.bulk_create([  # the state becomes version 1, recorded as "import"
-        StateChange(session=session, version=1, patch=patch, inverse=inverse, source="import", created_at=now)
-        for session in sessions if session.session_state
-        for patch, inverse in [state_module.diff({}, session.session_state)]])
-    messages: list[Message] = []
-    seq = dict.fromkeys((session.pk for session in sessions), 0)
-    level = [(run, None, session) for data, session in zip(batch, sessions, strict=True) for run in data.runs]
-    top_level = None
-    while level:  # the top-level runs, then their steps, then theirs: a bulk insert per level
-        stored_level = Run.objects.bulk_create(_imported_run(session, run, parent, now) for run, parent, session in level)
-        if top_level is None:
-            top_level = [(run, stored, session) for (run, _, session), stored in zip(level, stored_level, strict=True)]
-        for (run, _, session), stored in zip(level, stored_level, strict=True):
-            for message in run.messages:
-                seq[session.pk] += 1
-                messages.append(Message(
-                    session=session, run=stored, seq=seq[session.pk], role=message.role,
-                    content=replace_unstorable(message.content),
-                    tool_calls=message.tool_calls and [replace_unstorable_tree(call.model_dump()) for call in message.tool_calls],
-                    tool_call_id=replace_unstorable(message.tool_call_id)[:TOOL_FIELD_CHARS],
-                    tool_name=replace_unstorable(message.tool_name)[:TOOL_FIELD_CHARS], tool_error=message.tool_error,
-                    created_at=message.created_at or stored.created_at,
-                ))
-        level = [(step, stored, session)
-                 for (run, _, session), stored in zip(level, stored_level, strict=True) for step in run.steps]
-    _link_branches(top_level or [])
-    Message.objects.bulk_create(messages, batch_size=500)
-    return sessions
+class _ImportBatch:
+    """One batch of chats as the unsaved rows of new sessions of `user`, every value worked out here (the
+    text made storable, the state's change, each message's seq), so that `store()`, in the batch's
+    transaction, only inserts them: a bulk insert per table (and per level of steps)."""
+
+    def __init__(self, chats: list[_SessionIn], user):
+        now = timezone.now()
+        self.sessions = [_imported_session(data, user, now) for data in chats]
+        self.state_changes = [  # the state becomes version 1, recorded as "import"
+            StateChange(session=session, version=1, patch=patch, inverse=inverse, source="import", created_at=now)
+            for session in self.sessions if session.session_state
+            for patch, inverse in [state_module.diff({}, session.session_state)]]
+        self.levels: list[list[tuple[_RunIn, Run, ChatSession]]] = []  # the top-level runs, their steps, theirs
+        self.messages: list[Message] = []
+        seq = [0] * len(chats)
+        level = [(run, None, number) for number, data in enumerate(chats) for run in data.runs]
+        while level:
+            built = [(run, _imported_run(self.sessions[number], run, parent, now), number) for run, parent, number in level]
+            self.levels.append([(run, stored, self.sessions[number]) for run, stored, number in built])
+            for run, stored, number in built:
+                for message in run.messages:
+                    seq[number] += 1
+                    self.messages.append(Message(
+                        session=self.sessions[number], run=stored, seq=seq[number], role=message.role,
+                        content=replace_unstorable(message.content),
+                        tool_calls=message.tool_calls and [replace_unstorable_tree(call.model_dump()) for call in message.tool_calls],
+                        tool_call_id=replace_unstorable(message.tool_call_id)[:TOOL_FIELD_CHARS],
+                        tool_name=replace_unstorable(message.tool_name)[:TOOL_FIELD_CHARS], tool_error=message.tool_error,
+                        created_at=message.created_at or stored.created_at,
+                    ))
+            level = [(step, stored, number) for run, stored, number in built for step in run.steps]
+
+    def store(self) -> list[ChatSession]:
+        """The rows inserted (each row's foreign keys taken from the rows it names, inserted before it)."""
+        sessions = ChatSession.objects.bulk_create(self.sessions)
+        StateChange.objects.bulk_create(self.state_changes)
+        for level in self.levels:
+            Run.objects.bulk_create(stored for _, stored, _ in level)
+        _link_branches(self.levels[0] if self.levels else [])
+        Message.objects.bulk_create(self.messages, batch_size=500)
+        return sessions
 
 
 def _imported_session(data: _SessionIn, user, now) -> ChatSession:
