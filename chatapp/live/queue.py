@@ -7,8 +7,7 @@ stopped (a restart) is taken over by the next process that serves the session (`
     take_over_unclaimed(session) -> bool                       run the queued runs no process waits for
     take_over_when_unclaimed(session)                         ...and those of other processes as their claims run out
     waiting(session_pk) / queued(session_pk)             the queued runs, oldest first (sync / async)
-    store_first_message(session, text) -> Run            a new chat's first message, stored queued
-    run_first_message(session, user, run)                ...run at once, while its page loads
+    store_first_message(session, text) -> Run            a new chat's first message, for its page to run
 
 The run task (chatapp/live/runner.py) shows its message queued while the engine holds it, and drawn as a
 run once it starts; Stop of a queued message is the engine's `cancel_run` (chatapp/live/actions.py).
@@ -17,7 +16,6 @@ run once it starts; Stop of a queued message is the engine's `cancel_run` (chata
 from __future__ import annotations
 
 import asyncio
-import contextvars
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -56,26 +54,15 @@ async def queued(session_pk: int) -> list[Run]:
 
 
 def store_first_message(session: ChatSession, text: str) -> Run:
-    """A new chat's first message, stored queued: `run_first_message` runs it at once when the request that
-    stored it is served by the event loop; otherwise the chat page's socket does (`take_over_unclaimed`)."""
+    """A new chat's first message, queued for the chat's page: its socket runs it (`take_over_unclaimed`)."""
     return lifecycle.enqueue(session, text)
-
-
-async def run_first_message(session: ChatSession, user, run: Run) -> None:
-    """Run a new chat's stored first message in this process now, so the model starts while the chat's page
-    and socket load; the socket catches up with the run as with any run in flight. Called from a request's
-    thread (async_to_sync), the run task starts in a context of its own: it outlives the request, and must
-    not hand its database work to that request's thread."""
-    item = Prompt(text=run.input, user=user, run_id=run.run_id, take_over=True)
-    asyncio.get_running_loop().call_soon(runner.start, session.pk, session.owner_id, item,
-                                         context=contextvars.Context())
 
 
 async def take_over_unclaimed(session: ChatSession) -> bool:
     """Run here, in order, the session's queued runs no process waits for (the process that queued them has
     stopped, or a new chat's first message). True if there were any. Another process taking one over at
     the same moment wins it or loses it whole (the engine claims it)."""
-    mine = runner.waiting_run_ids(session.pk)  # (a new chat's first message, started by its POST)
+    mine = runner.waiting_run_ids(session.pk)  # (taken over here a moment ago, by another tab's socket)
     unclaimed = [run for run in await sync_to_async(lifecycle.unclaimed)(session.pk) if run.run_id not in mine]
     if not unclaimed:
         return False

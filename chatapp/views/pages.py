@@ -3,9 +3,7 @@ page, older runs, and the trash."""
 
 from __future__ import annotations
 
-from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.core.handlers.asgi import ASGIRequest
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
@@ -22,7 +20,7 @@ from .. import memories, rendering
 from ..assistants import ASSISTANTS, DEFAULT_ASSISTANT, get_assistant
 from ..broadcast import broadcast_to_user
 from ..forms import FirstMessageForm
-from ..live.queue import run_first_message, store_first_message
+from ..live.queue import store_first_message
 from ..ratelimits import NEW_CHATS, by_user, message_refusal, over_limit, refusal
 from ..sidebar import sidebar_page, trashed_sessions
 from ..titles import fallback_title
@@ -55,20 +53,17 @@ def _refused(request: HtmxHttpRequest) -> tuple[str, int] | None:
     return None
 
 
-def _start_chat(request: HtmxHttpRequest, assistant_id: str, text: str) -> ChatSession:
-    """The chat, with the assistant's starting state (version 1) and its first message stored queued. Served
-    by the event loop (ASGI), the message's run starts at once, so the model works while the chat's page
-    and its socket load; otherwise the page's socket runs it once it connects (live.Follower.catch_up
-    takes over a queue no process is working through). Either way the reply streams there like any other."""
+def _start_chat(user, assistant_id: str, text: str) -> ChatSession:
+    """The chat, with the assistant's starting state (version 1) and its first message waiting in the
+    stored queue: the chat page's socket, once it connects, runs it (live.Follower.catch_up takes over a
+    queue no process is working through), so the reply streams there like any other."""
     with transaction.atomic():
         assistant = get_assistant(assistant_id)
-        session = ChatSession.objects.new(owner=request.user, component_id=assistant_id, kind=assistant.kind,
+        session = ChatSession.objects.new(owner=user, component_id=assistant_id, kind=assistant.kind,
                                           metadata=assistant.metadata, name=fallback_title(text),
                                           name_source=NameSource.FALLBACK)
         session.apply_state_change(assistant.session_state, "defaults")
-        first = store_first_message(session, text)
-    if isinstance(request, ASGIRequest):  # this thread belongs to the server's event loop, which runs it
-        async_to_sync(run_first_message)(session, request.user, first)
+        store_first_message(session, text)
     return session
 
 
@@ -87,7 +82,7 @@ def new_session(request: HtmxHttpRequest) -> HttpResponse:
         elif refused := _refused(request):
             status, error = 429, refused[0]
         else:
-            session = _start_chat(request, form.cleaned_data["assistant"], form.cleaned_data["text"])
+            session = _start_chat(request.user, form.cleaned_data["assistant"], form.cleaned_data["text"])
             broadcast_to_user(request.user.pk, rendering.render_session_item_to_top(session))
             return redirect("chat:session", session.session_id)
     picked = form["assistant"].value()

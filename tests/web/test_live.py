@@ -11,8 +11,7 @@ from datetime import timedelta
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.test import AsyncClient, SimpleTestCase, TransactionTestCase, override_settings
-from django.urls import reverse
+from django.test import SimpleTestCase, TransactionTestCase, override_settings
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
@@ -286,37 +285,11 @@ class TestStoredQueue(LiveTaskTests):
         await settle()
         assert not await Run.objects.filter(status=RunStatus.QUEUED).aexists()
 
-    async def test_a_new_chats_first_message_runs_as_its_post_lands_and_the_page_catches_up(self):
-        hold = threading.Event()
-        self.llm.add(Text("the first reply", wait_event=hold))
-        client = AsyncClient()  # an ASGI request, served in this event loop as the server serves it
-        await sync_to_async(client.force_login)(self.alice)
-        response = await client.post(reverse("chat:new"), {"assistant": "general", "text": "hello"})
-        session = await ChatSession.objects.exclude(pk=self.session.pk).aget(owner=self.alice)
-        assert response.status_code == 302 and response.url == reverse("chat:session", args=[session.session_id])
-        # The model is asked before the chat's page is loaded or its socket opened.
-        assert await sync_to_async(self.llm.wait_for_requests)(1)
-        run = await Run.objects.aget(session=session)
-        assert (run.status, run.input) == (RunStatus.RUNNING, "hello")
-        communicator = await self.socket(session.session_id, self.alice, "last_run=")
-        caught_up = await frames_until(communicator, lambda frame: "<p>the</p>" in frame)  # the reply so far
-        assert f'id="run-{run.run_id}"' in "".join(caught_up)
-        hold.set()
-        await frames_until(communicator, run_done(run_id=run.run_id))
-        await communicator.disconnect()
-        await settle()
-        run = await Run.objects.aget(pk=run.pk)
-        assert (run.status, run.content) == (RunStatus.COMPLETED, "the first reply")
-        assert len([body for body in self.llm.requests if not is_memory_request(body)
-                    and body["messages"][-1]["content"] == "hello"]) == 1  # run once, not again by the socket
-
-    async def test_a_page_drawn_while_the_first_run_ran_gets_the_state_and_row_it_left_when_its_socket_connects(self):
+    async def test_a_page_drawn_while_a_run_ran_gets_the_state_and_row_it_left_when_its_socket_connects(self):
         self.llm.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added milk."))
-        client = AsyncClient()
-        await sync_to_async(client.force_login)(self.alice)
-        await client.post(reverse("chat:new"), {"assistant": "shopping", "text": "add milk"})
-        session = await ChatSession.objects.exclude(pk=self.session.pk).aget(owner=self.alice)
-        await live.wait_idle()  # the run ended before the page's socket connects
+        session = await sync_to_async(make_session)(self.alice, component_id="shopping", name="add milk")
+        await live.submit(session, self.alice, "add milk")
+        await live.wait_idle()  # the run (and its title job) ended before the page's socket connects
         run = await Run.objects.aget(session=session)
         assert run.status == RunStatus.COMPLETED
         # The page was drawn with the run still running, the state and the chat's name as they were then.

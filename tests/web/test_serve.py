@@ -9,7 +9,6 @@ import re
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +16,6 @@ import pytest
 from django.test import Client
 
 from chatapp.rendering import render_markdown
-from sessions_core.models import ChatSession, Run, RunStatus
 from tests.e2e.conftest import _free_port, _test_database_url, redis_url  # noqa: F401  (a fixture)
 from tests.support.factories import make_session, make_user
 from tests.support.live_support import is_stream_frame, reply_in, stored_text, streamed_html
@@ -160,25 +158,6 @@ def test_a_chat_streams_through_the_production_server(served, llm_server, settin
     tokens = [frame for frame in frames if frame.startswith("<template data-stream-run=")]
     assert len(tokens) >= 2  # streamed in batches, not at once
     assert "word by word" in frames[-1]
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_new_chats_first_message_is_answered_before_its_page_is_opened(served, llm_server, settings):
-    """The landing's POST starts the run in the server's event loop: the reply is stored whole though no
-    page or socket of the chat was ever opened."""
-    llm_server.side_responder = background_responder
-    llm_server.add(Text("Answered while the page loads"))
-    alice = make_user("alice")
-    status, headers, _ = served.post_form("/new/", {"assistant": "general", "text": "hello"},
-                                          {"sessionid": session_cookie(alice, settings, served)})
-    assert status == 302 and "/s/" in headers["location"]
-    session = ChatSession.objects.get(owner=alice)
-    deadline = time.monotonic() + 20
-    while not (run := Run.objects.filter(session=session).exclude(status=RunStatus.RUNNING).first()) \
-            or run.status == RunStatus.QUEUED:
-        assert time.monotonic() < deadline, served.whole_output()[-5000:]
-        time.sleep(0.05)  # polling the database: there is no event to wait on
-    assert (run.status, run.content) == (RunStatus.COMPLETED, "Answered while the page loads")
 
 
 @pytest.mark.django_db(transaction=True)
