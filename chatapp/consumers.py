@@ -1,4 +1,5 @@
-"""The chat websocket: one socket per open session page, at /ws/sessions/<session_id>/.
+"""The chat websocket: one socket per open session page, at /ws/sessions/<session_id>/, and one per new chat's
+landing, at /ws/new/.
 
 Connect
     A socket to any other path is closed with 4404 (`NotFoundConsumer`). Anonymous users are closed with 4401. The session is looked up through the same scoped queryset
@@ -6,10 +7,19 @@ Connect
     is closed with 4403. The socket joins `session.<pk>` (every tab of this session) and
     `user.<user pk>` (every tab of this user: sidebar rows), then catches up (below).
 
+A new chat's landing (/ws/new/)
+    The socket joins `user.<user pk>` only. Its first frame must be a `send` carrying `assistant` (an id of
+    chatapp.assistants.ASSISTANTS) as well as `text`: it counts against the same limits as the landing's
+    form post (chatapp/new_chats.py), makes the chat with the message queued, joins the chat's group, runs
+    the message at once and sends the chat's header, composer and state pane out of band
+    (_chat_started.html; the page takes the chat's URL from the header). From then on the socket is that
+    chat's, as if it had connected to /ws/sessions/<session_id>/. Any other frame first is refused.
+
 Inbound frames (JSON objects; htmx's ws-send posts the form fields plus a `HEADERS` object, which is
 ignored like any other extra key):
 
-    {"type": "send", "text": "..."}                 run a message (queued if a run is in flight)
+    {"type": "send", "text": "..."}                 run a message (queued if a run is in flight); on a
+                                                    landing's socket also "assistant": "..."
     {"type": "stop", "run_id"?: "...", "queued_id"?: "..."}
                                                     stop the run (given or current), or drop a
                                                     queued message
@@ -78,11 +88,12 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from sessions_core import limits
 from sessions_core.models import ChatSession
 
-from . import dbthreads, live, ratelimits, titles
-from .broadcast import session_group, user_group
+from . import dbthreads, live, new_chats, ratelimits, titles
+from .assistants import ASSISTANTS
+from .broadcast import abroadcast_to_user, session_group, user_group
 from .forms import MessageTextError, message_text
 from .live import ID_MAX
-from .rendering import render_composer_text, render_status
+from .rendering import render_composer_text, render_session_item_to_top, render_status
 
 FRAME_TYPES = ("send", "stop", "retry", "regenerate", "edit", "branch", "regenerate_title", "answer")
 MAX_ANSWERS = 50  # cards answered by one frame
@@ -104,6 +115,7 @@ class Frame:
     run_id: str = ""
     queued_id: str = ""
     answers: tuple = ()
+    assistant: str = ""  # a new chat's first message: the assistant picked on the landing
 
 
 def _id(data: dict, key: str, required: bool = False) -> str:
@@ -142,8 +154,10 @@ def parse_frame(text_data: str | None, bytes_data: bytes | None = None) -> Frame
     kind = data.get("type")
     if kind not in FRAME_TYPES:
         raise FrameError("Unknown request type.")
-    if kind in ("send", "edit"):
-        return Frame(kind, text=_text(data), run_id=_id(data, "run_id", required=kind == "edit"))
+    if kind == "send":
+        return Frame(kind, text=_text(data), assistant=_id(data, "assistant"))
+    if kind == "edit":
+        return Frame(kind, text=_text(data), run_id=_id(data, "run_id", required=True))
     if kind == "stop":
         return Frame("stop", run_id=_id(data, "run_id"), queued_id=_id(data, "queued_id"))
     if kind in ("retry", "regenerate", "branch"):
@@ -198,20 +212,48 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        session_id = self.scope["url_route"]["kwargs"]["session_id"]
         # A plain User for the run tasks: the one Channels' AuthMiddleware loaded behind its lazy wrapper.
         self.user = getattr(user, "_wrapped", user)
-        session = await dbthreads.run(_alive_session, self.user, session_id=session_id)  # not behind the engine's queries
-        if session is None:
-            await self.close(code=4403)
+        session_id = self.scope["url_route"]["kwargs"].get("session_id")
+        session = None
+        if session_id is not None:
+            session = await dbthreads.run(_alive_session, self.user, session_id=session_id)  # not behind the engine's queries
+            if session is None:
+                await self.close(code=4403)
+                return
+        self.joined = [user_group(user.pk)]
+        await self.channel_layer.group_add(self.joined[0], self.channel_name)
+        if session is None:  # a new chat's landing: the chat comes with its first message
+            await self.accept()
             return
-        self.session = session
-        self.follower = live.Follower(session, self.channel_name, self._send_html)
-        self.joined = [session_group(session.pk), user_group(user.pk)]
-        for group in self.joined:
-            await self.channel_layer.group_add(group, self.channel_name)
+        await self._follow(session)
         await self.accept()
         await self.follower.catch_up(self.scope.get("query_string", b""))
+
+    async def _follow(self, session: ChatSession) -> None:
+        """This socket is `session`'s: it joins the group of every tab of the session."""
+        self.session = session
+        self.follower = live.Follower(session, self.channel_name, self._send_html)
+        self.joined.append(session_group(session.pk))
+        await self.channel_layer.group_add(self.joined[-1], self.channel_name)
+
+    async def _start_chat(self, frame: Frame) -> None:
+        """The landing's first message: the chat is made with it (as the landing's form post makes it), this
+        socket becomes the chat's, the message runs at once, and the page is sent the chat's parts."""
+        if frame.type != "send":
+            await self._send_html(render_status("Send a message first: it starts the chat.", "error"))
+            return
+        if frame.assistant not in ASSISTANTS:
+            await self._send_html(render_status("Choose one of the assistants.", "error") + _handed_back(frame.text))
+            return
+        if refused := await dbthreads.run(new_chats.refusal, self.user):
+            await self._send_html(render_status(refused[0], "error") + _handed_back(frame.text))  # nothing made
+            return
+        session, first = await dbthreads.run(new_chats.start_chat, self.user, frame.assistant, frame.text)
+        await self._follow(session)
+        live.run_queued(session, self.user, first)
+        await self._send_html(await dbthreads.run(new_chats.started_html, session))
+        await abroadcast_to_user(self.user.pk, await dbthreads.run(render_session_item_to_top, session))
 
     async def disconnect(self, code):
         if self.follower is not None:
@@ -240,6 +282,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
             frame = parse_frame(text_data, bytes_data)
         except FrameError as exc:  # a refused message comes back into the composer (one over the length limit)
             await self._send_html(render_status(str(exc), "error") + _handed_back(exc.text))
+            return
+        if self.session is None:
+            await self._start_chat(frame)
             return
         sent = frame.text if frame.type == "send" else ""  # what comes back into the composer if refused
         session = await _current_session(self.user, self.session.pk)

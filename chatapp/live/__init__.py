@@ -24,10 +24,10 @@ from . import runner
 from .actions import find_run, regenerate, retry, stop, switch_branch
 from .answers import answer
 from .follower import ID_MAX, Follower
-from .queue import take_over_unclaimed, queued, submit
+from .queue import queued, run_queued, submit, take_over_unclaimed
 
-__all__ = ["ID_MAX", "Follower", "take_over_unclaimed", "answer", "find_run", "queued", "regenerate", "retry", "stop", "submit",
-           "switch_branch", "wait_idle"]
+__all__ = ["ID_MAX", "Follower", "answer", "find_run", "queued", "regenerate", "retry", "run_queued", "stop", "submit",
+           "switch_branch", "take_over_unclaimed", "wait_idle"]
 
 
 async def wait_idle(timeout: float = 30) -> None:

@@ -5,6 +5,7 @@ stopped (a restart) is taken over by the next process that serves the session (`
 
     submit(session, user, text, branch=None) -> Prompt   hand a message to a run task of its own
     take_over_unclaimed(session) -> bool                       run the queued runs no process waits for
+    run_queued(session, owner, run)                            run one queued run here (a new chat's first message)
     take_over_when_unclaimed(session)                         ...and those of other processes as their claims run out
     waiting(session_pk) / queued(session_pk)             the queued runs, oldest first (sync / async)
     store_first_message(session, text) -> Run            a new chat's first message, for its page to run
@@ -68,10 +69,15 @@ async def take_over_unclaimed(session: ChatSession) -> bool:
         return False
     owner = await get_user_model().objects.filter(pk=session.owner_id).afirst()
     for run in unclaimed:
-        item = Prompt(text=run.input, user=owner, run_id=run.run_id, take_over=True)
-        runner.name_new_chat(session, item)
-        runner.start(session.pk, session.owner_id, item)
+        run_queued(session, owner, run)
     return True
+
+
+def run_queued(session: ChatSession, owner, run: Run) -> None:
+    """Run the session's queued `run` here, as a task of its own (the engine claims it as it starts)."""
+    item = Prompt(text=run.input, user=owner, run_id=run.run_id, take_over=True)
+    runner.name_new_chat(session, item)
+    runner.start(session.pk, session.owner_id, item)
 
 
 async def take_over_when_unclaimed(session: ChatSession) -> None:

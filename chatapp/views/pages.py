@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.db import transaction
 from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -13,17 +12,14 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from sessions_core.branches import SessionBusyError
-from sessions_core.models import ChatSession, NameSource, Run
+from sessions_core.models import ChatSession, Run
 from sessions_core.search import parse_id
 
-from .. import memories, rendering
+from .. import memories, new_chats, rendering
 from ..assistants import ASSISTANTS, DEFAULT_ASSISTANT, get_assistant
 from ..broadcast import broadcast_to_user
 from ..forms import FirstMessageForm
-from ..live.queue import store_first_message
-from ..ratelimits import NEW_CHATS, by_user, message_refusal, over_limit, refusal
 from ..sidebar import sidebar_page, trashed_sessions
-from ..titles import fallback_title
 from .common import HtmxHttpRequest, just_deleted, owned_session, render_chat_page
 
 
@@ -43,46 +39,23 @@ def _last_used_assistant(user) -> str:
     return last if last in ASSISTANTS else DEFAULT_ASSISTANT
 
 
-def _refused(request: HtmxHttpRequest) -> tuple[str, int] | None:
-    """A new chat counts against CHAT_NEW_CHATS_PER_MINUTE and its first message against the message
-    limits (as a message sent over the socket does): (why, seconds to wait) when either refuses it."""
-    if (wait := over_limit(NEW_CHATS, by_user(request))) is not None:
-        return refusal(NEW_CHATS, wait), wait
-    if refused := message_refusal(request.user):
-        return refused, 60
-    return None
-
-
-def _start_chat(user, assistant_id: str, text: str) -> ChatSession:
-    """The chat, with the assistant's starting state (version 1) and its first message waiting in the
-    stored queue: the chat page's socket, once it connects, runs it (live.Follower.catch_up takes over a
-    queue no process is working through), so the reply streams there like any other."""
-    with transaction.atomic():
-        assistant = get_assistant(assistant_id)
-        session = ChatSession.objects.new(owner=user, component_id=assistant_id, kind=assistant.kind,
-                                          metadata=assistant.metadata, name=fallback_title(text),
-                                          name_source=NameSource.FALLBACK)
-        session.apply_state_change(assistant.session_state, "defaults")
-        store_first_message(session, text)
-    return session
-
-
 @login_required
 @require_http_methods(["GET", "POST"])
 def new_session(request: HtmxHttpRequest) -> HttpResponse:
     """A new chat: the chat page with nothing stored yet, the assistant picked in its header. Nothing is
-    created until the first message is sent (a POST of `assistant` and `text`); a refused message (empty,
-    too long, over a rate limit) comes back in the composer with the reason."""
+    created until the first message is sent: over the page's socket (chatapp/consumers.py), or as a POST
+    of `assistant` and `text` when the page has no socket; a refused message (empty, too long, over a rate
+    limit) comes back in the composer with the reason."""
     form = FirstMessageForm(request.POST if request.method == "POST" else None,
                             initial={"assistant": _last_used_assistant(request.user)})
     status, error = 200, ""
     if request.method == "POST":
         if not form.is_valid():
             status, error = 400, next(iter(form.errors.values()))[0]
-        elif refused := _refused(request):
+        elif refused := new_chats.refusal(request.user):
             status, error = 429, refused[0]
         else:
-            session = _start_chat(request.user, form.cleaned_data["assistant"], form.cleaned_data["text"])
+            session, _ = new_chats.start_chat(request.user, form.cleaned_data["assistant"], form.cleaned_data["text"])
             broadcast_to_user(request.user.pk, rendering.render_session_item_to_top(session))
             return redirect("chat:session", session.session_id)
     picked = form["assistant"].value()

@@ -292,8 +292,8 @@
     if (event.target.id === "composer-text") saveDraft();
   });
   document.addEventListener("htmx:wsAfterSend", function (event) {
-    if (event.target.id === "composer") {
-      try { sessionStorage.removeItem(draftKey(currentSession())); } catch (e) { /* nothing kept */ }
+    if (event.target.id === "composer") {  // sent (a refused message comes back into the box, and is kept again)
+      try { sessionStorage.removeItem(draftKey(draftId())); } catch (e) { /* nothing kept */ }
     }
   });
   function restoreDraft() {
@@ -493,17 +493,20 @@
     var option = event.target.selectedOptions[0], line = document.getElementById("assistant-description");
     if (option && line) line.textContent = option.dataset.description || "";
   });
-  document.addEventListener("submit", function (event) {
-    var form = event.target, app = document.getElementById("app");
-    if (form.id !== "composer" || !app || !app.dataset.landing) return;
-    if (form.dataset.sending) { event.preventDefault(); return; }  // one chat per message, even on a double Enter
-    form.dataset.sending = "1";
-    // The server hands the text back in the box when it refuses it; the draft is saved again from there.
-    try { sessionStorage.removeItem(draftKey("new")); } catch (e) { /* nothing kept */ }
-  });
-  window.addEventListener("pageshow", function (event) {
-    var form = document.getElementById("composer");  // back to a new chat from the back-forward cache
-    if (event.persisted && form) delete form.dataset.sending;
+  // The first message went over the landing's socket: the server sends the chat's header (its id and URL),
+  // composer and state pane out of band (chatapp/new_chats.py), and this page becomes the chat's page, the
+  // reply streaming into it meanwhile. The socket, should it drop, reconnects as the chat's (live.js).
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    var app = document.getElementById("app"), header = document.getElementById("chat-header");
+    if (!app || !app.dataset.landing || !header || !header.dataset.sessionId) return;
+    app.dataset.currentSession = header.dataset.sessionId;
+    delete app.dataset.landing;
+    var area = document.getElementById("session-area");
+    if (area) area.classList.remove("landing");
+    window.history.replaceState(null, "", header.dataset.url);
+    restoreStateCollapsed();
+    markCurrent();
+    syncTitle();
   });
 
   // --- drawers (a phone's sidebar and state panel) and the state panel's fold (desktop) ------------

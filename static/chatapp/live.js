@@ -10,10 +10,15 @@
 
   // Every (re)connect says what the page already shows, so the server sends only what it missed:
   // the newest run on the page, the runs it shows as running, the chat's name in the sidebar, what its
-  // state panel was drawn from, and whether this is a reconnect.
+  // state panel was drawn from, and whether this is a reconnect. A new chat's landing connects to
+  // /ws/new/ until its first message makes the chat, and to the chat's socket after that.
   const makeSocket = htmx.createWebSocket;
   htmx.createWebSocket = function (url) {
     const full = new URL(url, window.location.href);
+    const app = document.getElementById("app");
+    if (full.pathname === "/ws/new/" && app && app.dataset.currentSession) {
+      full.pathname = `/ws/sessions/${app.dataset.currentSession}/`;  // the landing's socket made this chat
+    }
     const runs = document.querySelectorAll("#transcript .run[data-run-id]");
     full.searchParams.set("last_run", runs.length ? runs[runs.length - 1].dataset.runId : "");
     const running = runningRuns().map((run) => run.dataset.runId).join(",");

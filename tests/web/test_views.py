@@ -47,8 +47,9 @@ class TestIndexAndNewSession(WebTestCase):
         html = self.client.get(reverse("chat:new")).content.decode()
         assert (ChatSession.objects.count(), Run.objects.count()) == before
         assert 'id="sidebar"' in html and 'id="session-filter"' in html  # the sidebar, with its search
-        assert re.search(r'<form id="composer" class="composer" method="post" action="/new/"', html)
-        assert 'id="composer-text"' in html and "ws-connect" not in html  # no chat yet: no socket
+        # The first message goes over the landing's own socket, or is posted when there is none.
+        assert re.search(r'<form id="composer" class="composer" method="post" action="/new/" ws-send', html)
+        assert 'id="composer-text"' in html and 'ws-connect="/ws/new/"' in html
         assert f'id="session-item-{self.session.pk}"' in html  # the existing chats, and no "New chat" row
         assert html.count('<li id="session-item-') == ChatSession.objects.for_user(self.alice).alive().count()
         assert 'class="skip-link" href="#composer-text"' in html
