@@ -13,19 +13,19 @@ SQLite with the in-memory channel layer, or on PostgreSQL + Redis with one or tw
 talk to the same fake model (`_support.serve_fake_model`: 200 words, one every 5 ms).
 
 A wave of N: N new chats started at once, then (once both servers are quiet) a message in each of those
-now open chats, at once. This app's new chat is what the page does: the landing page is open (its GET,
-not timed, gives the CSRF token), then the landing's POST with the first message, the chat page it
-redirects to, that page's socket, and the reply, all timed from the POST. Chainlit's new chat is its
-page's socket connected (not timed: Chainlit has no page of its own per chat and no request before the
-first message) and the first message sent on it. The stacks take turns wave by wave (the first place
-alternating), with fresh users and chats each wave; fewer than --min-messages clients make more waves.
+now open chats, at once. This app's new chat is what the page does: the landing page is open with its
+socket (its GET and the socket's connect not timed), then the first message sent on that socket, which
+makes the chat and streams the reply there, timed from the send. Chainlit's new chat is its page's socket
+connected (not timed: Chainlit has no page of its own per chat and no request before the first message)
+and the first message sent on it. The stacks take turns wave by wave (the first place alternating), with
+fresh users and chats each wave; fewer than --min-messages clients make more waves.
 
-Printed per setup, N and kind of chat: first word p50/p99 and last word p99 (ms from the send, for this
-app's new chats from the POST), server CPU per streamed word (user+system time of the server's processes
-from the send until they are idle again: for this app titles and summaries included), errors (replies
-that did not end, or did not carry every word), lost (this app: messages or completed runs missing from
-the database afterwards; Chainlit stores nothing), the clients' own CPU per word, then the ratios this
-app / Chainlit; after each N, when each step of this app's new chats ended.
+Printed per setup, N and kind of chat: first word p50/p99 and last word p99 (ms from the send), server
+CPU per streamed word (user+system time of the server's processes from the send until they are idle
+again: for this app titles and summaries included), errors (replies that did not end, or did not carry
+every word), lost (this app: messages or completed runs missing from the database afterwards; Chainlit
+stores nothing), the clients' own CPU per word, then the ratios this app / Chainlit; after each N, when
+this app's new chats reached the model and their first word.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -55,8 +54,6 @@ from load import Server, Turn
 
 CHAINLIT = "chainlit==2.12.0"
 HERE = Path(__file__).resolve().parent
-CSRF_INPUT = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
-RUN = re.compile(r'<article id="run-([^"]+)" class="run" data-status="(\w+)"')
 SETUPS = {"sqlite": ("SQLite", 1), "pg": ("PostgreSQL + Redis", 1), "pg2": ("PostgreSQL + Redis", 2)}
 
 
@@ -186,16 +183,21 @@ async def request(port: int, method: str, path: str, cookies: dict[str, str], fo
     return int(headers.split(b" ", 2)[1]), headers.decode("latin-1"), content.decode("utf-8", "replace")
 
 
-@dataclass
-class NewChatTurn(Turn):
-    """A new chat of this app, with when each step of the page's start ended (seconds from the POST)."""
-
-    post: float = math.nan  # the POST's redirect received
-    page: float = math.nan  # the chat page received
-    socket: float = math.nan  # its socket open
+STAGES = ("to_model", "first")
+CHAT_HEADER = re.compile(r'id="chat-header" data-session-id="([^"]+)"')
 
 
-STAGES = ("post", "page", "socket", "to_model", "first")
+class NoteChat:
+    """The landing's socket, noting the chat's id from the header that turns the landing into the chat's page."""
+
+    def __init__(self, ws, chat: "OurChat"):
+        self.ws, self.chat = ws, chat
+
+    async def recv(self) -> str:
+        frame = await self.ws.recv()
+        if not self.chat.session_id and (match := CHAT_HEADER.search(frame)):
+            self.chat.session_id = match.group(1)
+        return frame
 
 
 class OurChat:
@@ -206,39 +208,24 @@ class OurChat:
     async def new(self, port: int, start: asyncio.Barrier, timeout: float) -> Turn:
         import websockets
 
-        turn = NewChatTurn(text=f"Tell me about load, a new chat ({self.cookies['sessionid'][:12]}).")
+        turn = Turn(text=f"Tell me about load, a new chat ({self.cookies['sessionid'][:12]}).")
         waited = False
         try:
-            status, headers, page = await request(port, "GET", "/new/", self.cookies)  # the landing, open already
+            status, _, _ = await request(port, "GET", "/new/", self.cookies)  # the landing, open already...
             if status != 200:
                 raise RuntimeError(f"the landing page answered {status}")
-            self.cookies["csrftoken"] = re.search(r"csrftoken=([^;\r\n]+)", headers).group(1)
-            token = CSRF_INPUT.search(page).group(1)
-            waited = True
-            await start.wait()
-            sent, turn.sent_at = time.perf_counter(), time.time()
-            status, headers, _ = await request(port, "POST", "/new/", self.cookies,
-                                               {"csrfmiddlewaretoken": token, "assistant": "general", "text": turn.text})
-            location = re.search(r"(?i)^location: (\S+)", headers, re.MULTILINE)
-            if status != 302 or not location:
-                raise RuntimeError(f"the landing's POST answered {status}")
-            turn.post = time.perf_counter() - sent
-            self.session_id = location.group(1).rstrip("/").rsplit("/", 1)[-1]
-            status, _, page = await request(port, "GET", location.group(1), self.cookies)
-            if status != 200:
-                raise RuntimeError(f"the chat page answered {status}")
-            turn.page = time.perf_counter() - sent
-            runs = RUN.findall(page)  # what the page's script puts in the socket's URL
-            query = {"last_run": runs[-1][0] if runs else ""}
-            if running := ",".join(run_id for run_id, state in runs if state == "running"):
-                query["running"] = running
             cookie = "; ".join(f"{name}={value}" for name, value in self.cookies.items())
-            self.ws = await websockets.connect(f"ws://127.0.0.1:{port}/ws/sessions/{self.session_id}/?{urlencode(query)}",
+            self.ws = await websockets.connect(f"ws://127.0.0.1:{port}/ws/new/",  # ...with its socket
                                                origin=f"http://127.0.0.1:{port}", max_size=None, open_timeout=120,
                                                ping_interval=None, compression=None,
                                                additional_headers={"Cookie": cookie})
-            turn.socket = time.perf_counter() - sent
-            await load.read_reply(self.ws, turn, sent, timeout)
+            waited = True
+            await start.wait()
+            sent, turn.sent_at = time.perf_counter(), time.time()
+            await self.ws.send(json.dumps({"type": "send", "assistant": "general", "text": turn.text}))
+            await load.read_reply(NoteChat(self.ws, self), turn, sent, timeout)
+            if not self.session_id and not turn.error:
+                turn.error = "no chat header"
         except Exception as exc:  # noqa: BLE001 - a client's failure is a figure, not the end of the bench
             if not waited:
                 await start.wait()
@@ -460,7 +447,7 @@ def print_row(label: str, count: int, kind: str, ours: dict, theirs: dict) -> No
 
 
 def print_stages(turns: list[Turn]) -> None:
-    """Where this app's new chats spent the time to their first word: when each step ended, ms from the POST."""
+    """Where this app's new chats spent the time to their first word: when each step ended, ms from the send."""
     good = [turn for turn in turns if not turn.error]
     if not good:
         return
@@ -469,11 +456,11 @@ def print_stages(turns: list[Turn]) -> None:
         values = [getattr(turn, stage) * 1000 for turn in good if not math.isnan(getattr(turn, stage))]
         if values:
             parts.append(f"{stage.replace('_', ' ')} {percentile(values, 50):,.0f} / {percentile(values, 99):,.0f}")
-    print("  this app's new chat, ms from the POST (p50 / p99) when each step ended: " + ", ".join(parts), flush=True)
+    print("  this app's new chat, ms from the send (p50 / p99) when each step ended: " + ", ".join(parts), flush=True)
 
 
 def print_tables(results: list) -> None:
-    print("\nBoth stacks (ms from the send; this app's new chat from the landing's POST):\n")
+    print("\nBoth stacks (ms from the send):\n")
     rows = [("setup", "N", "chat", "stack", "messages", "to model p50", *COLUMNS, "errors", "lost",
              "client CPU us/word")]
     for label, count, kind, ours, theirs in results:

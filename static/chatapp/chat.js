@@ -507,6 +507,8 @@
     restoreStateCollapsed();
     markCurrent();
     syncTitle();
+    var box = document.getElementById("composer-text");  // the new composer, where the old one had focus
+    if (box && (!document.activeElement || document.activeElement === document.body)) box.focus();
   });
 
   // --- drawers (a phone's sidebar and state panel) and the state panel's fold (desktop) ------------

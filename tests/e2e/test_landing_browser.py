@@ -38,9 +38,13 @@ def test_a_new_user_lands_in_a_chat_and_its_first_message_creates_it(page, daphn
 
     llm_server.add(ToolCalls([("add_item", {"item": "milk"})]), Text("Added **milk**."))
     page.get_by_label("Assistant").select_option("shopping")
+    expect(page.locator("#session-area")).to_have_attribute("data-live", "open")  # the landing's own socket
+    page.evaluate("window.landed = true")
     page.locator("#composer-text").fill("add milk")
     page.locator("#composer-text").press("Enter")
     expect(page).to_have_url(re.compile(r"/s/[^/]+/$"))
+    assert page.evaluate("window.landed") is True  # the landing became the chat's page: no page was loaded
+    expect(page.locator("#chat-header .chat-assistant")).to_have_text("Shopping list")
     run = page.locator("#transcript .run").last
     expect(run).to_have_attribute("data-status", "completed")
     expect(run.locator(".user-message")).to_contain_text("add milk")
@@ -53,6 +57,9 @@ def test_a_new_user_lands_in_a_chat_and_its_first_message_creates_it(page, daphn
     row = page.locator(f"#session-item-{session.pk}")
     expect(row.locator(".session-link")).to_have_attribute("aria-current", "page")
     expect(page.locator("#composer-text")).to_be_focused()
+    # Should its socket drop now, it reconnects as the chat's socket.
+    socket_url = page.evaluate("htmx.createWebSocket('/ws/new/').url")
+    assert f"/ws/sessions/{session.session_id}/?" in socket_url and "reconnect=1" in socket_url
     page.goto(f"{daphne_server.url}/new/")
     expect(page.locator("#composer-text")).to_have_value("")  # the sent draft is gone
     assert problems == []
