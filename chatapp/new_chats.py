@@ -12,7 +12,6 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import transaction
 from django.template.loader import render_to_string
-from django.urls import reverse
 
 from sessions_core.models import ChatSession, NameSource, Run
 
@@ -49,11 +48,10 @@ def start_chat(user, assistant_id: str, text: str) -> tuple[ChatSession, Run]:
 
 def started_html(session: ChatSession) -> str:
     """The parts of the chat's page the landing lacks, out of band: the chat's header (carrying its id and
-    URL, which static/chatapp/live.js takes for the page's own), the composer of a chat with its queue and
+    URL, which static/chatapp/chat.js takes for the page's own), the composer of a chat with its queue and
     actions, and the state pane. The transcript is left alone: the reply streams into it meanwhile."""
     return render_to_string("chatapp/_chat_started.html", {
         "session": session,
-        "url": reverse("chat:session", args=[session.session_id]),
         "assistant_name": assistant_name(session.component_id),
         "state_panel": rendering.render_state_panel(session),
         "context_memories": memories.render_context_memories(memories.context_memories(session, [])),

@@ -190,6 +190,8 @@ class TestMatrix(LiveTestMixin, TransactionTestCase):
         for route in routes:
             if route in ("", "^"):  # the catch-all: any other path is refused for everyone, like an unknown URL
                 path, wanted = "/ws/nowhere/", dict.fromkeys(ROLES, (False, 4404))
+            elif "session_id" not in route:  # a new chat's landing: anyone signed in, and it names nothing of Alice's
+                path, wanted = "/" + route, {**dict.fromkeys(ROLES, (True, None)), "anonymous": (False, 4401)}
             else:
                 path, wanted = "/" + re.sub(r"<(?:\w+:)?session_id>", self.session.session_id, route), expected
             assert "<" not in path, f"{route}: teach this test what its parameters take"
