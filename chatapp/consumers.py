@@ -79,6 +79,7 @@ a run in another process) is `live.Follower`; this module parses frames and disp
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 
@@ -207,6 +208,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
     session: ChatSession | None = None
     follower: live.Follower | None = None
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tasks: set[asyncio.Task] = set()  # a new chat's parts being drawn for this page
+
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
@@ -252,10 +257,20 @@ class SessionConsumer(AsyncWebsocketConsumer):
         session, first = await dbthreads.run(new_chats.start_chat, self.user, frame.assistant, frame.text)
         await self._follow(session)
         live.run_queued(session, self.user, first)
+        # Drawn beside the run: this handler returns at once, so the socket forwards the reply's first words
+        # (the layer's events wait for the handler before them) while the chat's parts are drawn.
+        task = asyncio.create_task(self._chat_started(session), name=f"chat-started-{session.pk}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _chat_started(self, session: ChatSession) -> None:
+        """The chat's parts to this page, and its new row to the user's tabs."""
         await self._send_html(await dbthreads.run(new_chats.started_html, session))
         await abroadcast_to_user(self.user.pk, await dbthreads.run(render_session_item_to_top, session))
 
     async def disconnect(self, code):
+        for task in self.tasks:
+            task.cancel()
         if self.follower is not None:
             self.follower.close()
         for group in getattr(self, "joined", ()):

@@ -501,8 +501,9 @@
     if (!app || !app.dataset.landing || !header || !header.dataset.sessionId) return;
     app.dataset.currentSession = header.dataset.sessionId;
     delete app.dataset.landing;
-    var area = document.getElementById("session-area");
+    var area = document.getElementById("session-area"), main = document.getElementById("main");
     if (area) area.classList.remove("landing");
+    if (main) main.setAttribute("aria-label", "Conversation");  // as a chat's page names it
     window.history.replaceState(null, "", header.dataset.url);
     restoreStateCollapsed();
     markCurrent();

@@ -45,6 +45,8 @@ def test_a_new_user_lands_in_a_chat_and_its_first_message_creates_it(page, daphn
     expect(page).to_have_url(re.compile(r"/s/[^/]+/$"))
     assert page.evaluate("window.landed") is True  # the landing became the chat's page: no page was loaded
     expect(page.locator("#chat-header .chat-assistant")).to_have_text("Shopping list")
+    expect(page.get_by_role("main", name="Conversation")).to_be_visible()
+    expect(page.locator("#state-pane")).to_be_visible()
     run = page.locator("#transcript .run").last
     expect(run).to_have_attribute("data-status", "completed")
     expect(run.locator(".user-message")).to_contain_text("add milk")
