@@ -11,8 +11,8 @@ A new chat's landing (/ws/new/)
     The socket joins `user.<user pk>` only. Its first frame must be a `send` carrying `assistant` (an id of
     chatapp.assistants.ASSISTANTS) as well as `text`: it counts against the same limits as the landing's
     form post (chatapp/new_chats.py), makes the chat with the message queued, joins the chat's group, runs
-    the message at once and sends the chat's header, composer and state pane out of band
-    (_chat_started.html; the page takes the chat's URL from the header). From then on the socket is that
+    the message at once (its start pushes the chat's row to the user's tabs) and sends the chat's header,
+    composer and state pane out of band (_chat_started.html; the page takes the chat's URL from the header). From then on the socket is that
     chat's, as if it had connected to /ws/sessions/<session_id>/. Any other frame first is refused.
 
 Inbound frames (JSON objects; htmx's ws-send posts the form fields plus a `HEADERS` object, which is
@@ -91,10 +91,10 @@ from sessions_core.models import ChatSession
 
 from . import dbthreads, live, new_chats, ratelimits, titles
 from .assistants import ASSISTANTS
-from .broadcast import abroadcast_to_user, session_group, user_group
+from .broadcast import session_group, user_group
 from .forms import MessageTextError, message_text
 from .live import ID_MAX
-from .rendering import render_composer_text, render_session_item_to_top, render_status
+from .rendering import render_composer_text, render_status
 
 FRAME_TYPES = ("send", "stop", "retry", "regenerate", "edit", "branch", "regenerate_title", "answer")
 MAX_ANSWERS = 50  # cards answered by one frame
@@ -257,16 +257,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
         session, first = await dbthreads.run(new_chats.start_chat, self.user, frame.assistant, frame.text)
         await self._follow(session)
         live.run_queued(session, self.user, first)
-        # Drawn beside the run: this handler returns at once, so the socket forwards the reply's first words
-        # (the layer's events wait for the handler before them) while the chat's parts are drawn.
-        task = asyncio.create_task(self._chat_started(session), name=f"chat-started-{session.pk}")
+        # The chat's parts, drawn beside the run (its start pushes the chat's row to the user's tabs): this
+        # handler returns at once, so the socket forwards the reply's first words (the layer's events wait
+        # for the handler before them) while the parts are drawn.
+        task = asyncio.create_task(self._send_parts(session), name=f"chat-started-{session.pk}")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _chat_started(self, session: ChatSession) -> None:
-        """The chat's parts to this page, and its new row to the user's tabs."""
+    async def _send_parts(self, session: ChatSession) -> None:
         await self._send_html(await dbthreads.run(new_chats.started_html, session))
-        await abroadcast_to_user(self.user.pk, await dbthreads.run(render_session_item_to_top, session))
 
     async def disconnect(self, code):
         for task in self.tasks:
