@@ -106,6 +106,7 @@ class WorkflowWebTests(LiveTestMixin, TransactionTestCase):
         frames = await frames_until(socket, lambda f: "beforeend:#steps-" in f)  # the agent step started...
         run_id = started_run_id(frames)
         assert await sync_to_async(self.llm.wait_for_requests)(1)  # ...and its model is streaming
+        await frames_until(socket, lambda f: "Adding" in f)  # its first word reached the page: the stop comes after it
         await socket.send_to(text_data=json.dumps({"type": "stop", "run_id": run_id}))
         frames = await frames_until(socket, run_done("cancelled", run_id))
         await settle()
