@@ -90,9 +90,8 @@ from sessions_core import limits
 from sessions_core.models import ChatSession
 
 from . import dbthreads, live, new_chats, ratelimits, titles
-from .assistants import ASSISTANTS
 from .broadcast import session_group, user_group
-from .forms import MessageTextError, message_text
+from .forms import FirstMessageForm, MessageTextError, message_text
 from .live import ID_MAX
 from .rendering import render_composer_text, render_status
 
@@ -248,8 +247,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if frame.type != "send":
             await self._send_html(render_status("Send a message first: it starts the chat.", "error"))
             return
-        if frame.assistant not in ASSISTANTS:
-            await self._send_html(render_status("Choose one of the assistants.", "error") + _handed_back(frame.text))
+        form = FirstMessageForm({"assistant": frame.assistant, "text": frame.text})  # as the landing's form post
+        if not form.is_valid():
+            error = next(iter(form.errors.values()))[0]
+            await self._send_html(render_status(error, "error") + _handed_back(frame.text))
             return
         if refused := await dbthreads.run(new_chats.refusal, self.user):
             await self._send_html(render_status(refused[0], "error") + _handed_back(frame.text))  # nothing made
