@@ -2,12 +2,13 @@
 web page speaks it. Run by bench/chainlit_load.py with the throwaway venv's Python (python-socketio's
 asyncio client and aiohttp come from there, never from the project's requirements).
 
-    chainlit_client.py PORT TOKENS TIMEOUT
+    chainlit_client.py PORT TOKENS TIMEOUT TYPING
 
 Reads commands on stdin, answers each with one JSON line on stdout (a list of turns, as
 bench/chainlit_load.py's `Turn` fields):
     new N   N new chats: each sets its sticky session cookie and connects its socket (not timed), as
-            the page does when it opens; then all send their first message at once
+            the page does when it opens; then, TYPING seconds after the last has, all send their first
+            message at once
     open    the chats of the last `new` send again, at once
     close   those chats disconnect
 A page's handshake: POST /set-session-cookie {session_id}, then socket.io at /ws/socket.io (websocket
@@ -106,7 +107,7 @@ class Chat:
 
 
 async def main() -> None:
-    port, tokens, timeout = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    port, tokens, timeout, typing = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
     chats: list[Chat] = []
     reader = asyncio.StreamReader()
     await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -121,6 +122,7 @@ async def main() -> None:
                 if isinstance(failed, Exception):
                     chat.turns = -1
                     chat.error = f"connect: {type(failed).__name__}: {failed}"[:200]
+            await asyncio.sleep(typing)
         if command in ("new", "open"):
             live = [chat for chat in chats if chat.turns >= 0]
             turns = list(await asyncio.gather(*(chat.send(timeout) for chat in live)))

@@ -17,8 +17,12 @@ now open chats, at once. This app's new chat is what the page does: the landing 
 socket (its GET and the socket's connect not timed), then the first message sent on that socket, which
 makes the chat and streams the reply there, timed from the send. Chainlit's new chat is its page's socket
 connected (not timed: Chainlit has no page of its own per chat and no request before the first message)
-and the first message sent on it. The stacks take turns wave by wave (the first place alternating), with
-fresh users and chats each wave; fewer than --min-messages clients make more waves.
+and the first message sent on it. On both, the wave's first messages go TYPING_SECONDS (0.2) after its
+last socket opened, as a person types once the page is open. The stacks take turns wave by wave (the first
+place alternating), with fresh users and chats each wave; fewer than --min-messages clients make more waves.
+`--assistant notes` starts this app's chats on an assistant that makes no summary and learns no memories
+(a title is still asked for); `--env NAME=VALUE` sets a setting of this app's server; BENCH_TRACE=1 prints
+each new chat's frames with their ms from the send.
 
 Printed per setup, N and kind of chat: first word p50/p99 and last word p99 (ms from the send), server
 CPU per streamed word (user+system time of the server's processes from the send until they are idle
@@ -100,7 +104,8 @@ class ChainlitChats:
 
     def __init__(self, python: Path, port: int, tokens: int, timeout: float):
         self.client = subprocess.Popen([str(python), str(HERE / "chainlit_client.py"), str(port), str(tokens),
-                                        str(timeout)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                        str(timeout), str(TYPING_SECONDS)],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def ask(self, command: str) -> list[Turn]:
         self.client.stdin.write(command + "\n")
@@ -184,6 +189,10 @@ async def request(port: int, method: str, path: str, cookies: dict[str, str], fo
 
 
 STAGES = ("to_model", "first")
+# Between the last socket's connect and the first messages of a wave of new chats, on both stacks: nobody sends
+# the moment the page opens, and channels-redis's receiving loop, idle while its process has no subscription,
+# looks for messages every 0.1 s until the first one, which would add up to 100 ms that no person meets.
+TYPING_SECONDS = 0.2
 CHAT_HEADER = re.compile(r'id="chat-header" data-session-id="([^"]+)"')
 
 
@@ -201,9 +210,9 @@ class NoteChat:
 
 
 class OurChat:
-    def __init__(self, cookie: str, number: int):
+    def __init__(self, cookie: str, number: int, assistant: str):
         self.cookies = {"sessionid": cookie}
-        self.number, self.session_id, self.ws = number, "", None
+        self.number, self.assistant, self.session_id, self.ws = number, assistant, "", None
 
     async def new(self, port: int, start: asyncio.Barrier, timeout: float) -> Turn:
         import websockets
@@ -221,8 +230,9 @@ class OurChat:
                                                additional_headers={"Cookie": cookie})
             waited = True
             await start.wait()
+            await asyncio.sleep(TYPING_SECONDS)  # a person types once the page is open (as the Chainlit clients do)
             sent, turn.sent_at = time.perf_counter(), time.time()
-            await self.ws.send(json.dumps({"type": "send", "assistant": "general", "text": turn.text}))
+            await self.ws.send(json.dumps({"type": "send", "assistant": self.assistant, "text": turn.text}))
             await load.read_reply(NoteChat(self.ws, self), turn, sent, timeout)
             if not self.session_id and not turn.error:
                 turn.error = "no chat header"
@@ -248,8 +258,8 @@ class OurChat:
 class OurChats:
     """This app's side of a wave, on one event loop kept across the wave's steps (the sockets stay open)."""
 
-    def __init__(self, server: Server, db_url: str, timeout: float):
-        self.server, self.db_url, self.timeout = server, db_url, timeout
+    def __init__(self, server: Server, db_url: str, timeout: float, assistant: str):
+        self.server, self.db_url, self.timeout, self.assistant = server, db_url, timeout, assistant
         self.loop = asyncio.Runner()
         self.chats: list[OurChat] = []
         self.cookies: list[str] = []
@@ -262,7 +272,7 @@ class OurChats:
         cookies, self.cookies = self.cookies[:count], self.cookies[count:]
         if len(cookies) < count:
             cookies += django_child(self.db_url, {"users": [count - len(cookies), f"cl-{secrets.token_hex(4)}"]})
-        self.chats = [OurChat(cookie, number) for number, cookie in enumerate(cookies)]
+        self.chats = [OurChat(cookie, number, self.assistant) for number, cookie in enumerate(cookies)]
 
         async def all_at_once():
             start = asyncio.Barrier(count)
@@ -327,6 +337,9 @@ def wave(chats, server: Server, count: int, tallies: dict[str, Tally], arrivals,
         arrived = arrivals()
         for turn in turns:
             turn.to_model = arrived.get(turn.text, math.nan) - turn.sent_at
+            if os.environ.get("BENCH_TRACE") and turn.trace:
+                print(f"TRACE {kind} to_model {turn.to_model * 1000:.1f} first {turn.first * 1000:.1f}")
+                print("\n".join(turn.trace[:12]))
         tallies[kind].turns += turns
     lost, missing = chats.close()
     if lost >= 0:  # the chats' two messages, counted in both rows
@@ -370,6 +383,11 @@ def main() -> None:
     parser.add_argument("--py-spy", default="", metavar="PATH",
                         help="the py-spy binary: a profile (collapsed stacks, --gil) of this app's first server process "
                              "during each wave of new chats of N > 1, in <setup>-<N>-<wave>.pyspy.txt")
+    parser.add_argument("--assistant", default="general",
+                        help="the assistant of this app's chats (default general: a summary after each reply, the "
+                             "user's memories and a title, each a model call; notes: a title only)")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting for this app's server, such as CHAT_DB_THREADS=0 (repeatable)")
     parser.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL", ""))
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", ""))
     args = parser.parse_args()
@@ -392,9 +410,10 @@ def main() -> None:
             for setup in setups:
                 database, workers = SETUPS[setup]
                 db_url = f"sqlite:///{folder / f'{setup}.sqlite3'}" if setup == "sqlite" else pg_url
-                ours = Server(ROOT, workers, db_url, redis_url if setup != "sqlite" else "", model_url, None)
+                ours = Server(ROOT, workers, db_url, redis_url if setup != "sqlite" else "", model_url, None,
+                              extra_env=dict(pair.split("=", 1) for pair in args.env))
                 theirs = ChainlitServer(args.chainlit_venv.resolve(), model_url)
-                stacks = {"this app": (OurChats(ours, db_url, args.timeout), ours),
+                stacks = {"this app": (OurChats(ours, db_url, args.timeout, args.assistant), ours),
                           "Chainlit": (ChainlitChats(python, theirs.port, args.tokens, args.timeout), theirs)}
                 label = f"{database}, {workers} worker{'s' if workers > 1 else ''}"
                 try:

@@ -382,7 +382,8 @@ async def read_reply(ws, turn: Turn, sent: float, timeout: float) -> None:
             frame = await ws.recv()
             turn.seen = frame[-300:]
             if os.environ.get("BENCH_TRACE"):
-                turn.trace.append(frame[:120].replace("\n", " "))
+                at = (time.perf_counter() - sent) * 1000  # ms from the send, the frame's length, its start
+                turn.trace.append(f"{at:7.1f} {len(frame):6d} " + frame[:110].replace("\n", " "))
             now = time.perf_counter()
             match = DONE.search(frame)
             # A batch of the reply, or the run so far in one fragment (a socket that fell behind
